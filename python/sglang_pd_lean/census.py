@@ -1,0 +1,352 @@
+"""Per-role, per-component byte census of a hybrid model's request pool, with no GPU.
+
+    from sglang_pd_lean import census
+    result = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4))
+    result["roles"]["prefill"]["upstream"]["verify_only_bytes"]
+
+The census walks SGLang's own start-up road on a CPU: the model's config through
+SGLang's config loader, SGLang's cache parameters, a real ``KVCacheConfigurator``
+(built as the plain dataclass it is) and its ``_build_req_to_token_pool``, which
+runs the real ``HybridReqToTokenPool`` / ``MambaPool`` constructors. They run under
+``FakeTensorMode``, so their CUDA allocations cost nothing and every byte is
+counted from the tensors upstream asked for. Each role is built twice: inside
+``role.upstream_behaviour()`` (every gate steps aside: upstream as released) and
+without it (the gates this SGLang needs, as the plugin registered them).
+Works on SGLang 0.5.16 to 0.5.23.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tempfile
+import types
+from typing import Any, Iterator, Optional
+
+from sglang_pd_lean.role import upstream_behaviour
+
+ROLES = ("prefill", "decode", "null")
+MODELS_DIR = os.path.join(os.path.dirname(__file__), "models")
+
+# Tensors of the request pool, by the attribute upstream stores them under.
+COMPONENTS = {
+    "conv": "conv state",
+    "temporal": "ssm state",
+    "intermediate_ssm": "verify ssm snapshots",
+    "intermediate_conv_window": "verify conv windows",
+    "replayssm_d": "replayssm rings",
+    "replayssm_k": "replayssm rings",
+    "replayssm_g": "replayssm rings",
+    "replayssm_rawv": "replayssm rings",
+    "replayssm_rawk": "replayssm rings",
+    "replayssm_beta": "replayssm rings",
+    "req_to_token": "req_to_token map",
+}
+# Read only by TARGET_VERIFY (and the commit that follows it).
+VERIFY_ONLY = ("verify ssm snapshots", "verify conv windows", "replayssm rings")
+
+
+class CensusError(ValueError):
+    """Bad input for the census: the message is one line for the operator."""
+
+
+@dataclasses.dataclass
+class Inputs:
+    model: Optional[str] = None  # a bundled model name
+    config: Optional[str] = None  # a config.json or a model folder
+    tp: int = 1
+    pp: int = 1
+    max_running_requests: int = 256
+    max_mamba_cache_size: Optional[int] = None  # default: 3 x max_running_requests
+    speculative_num_draft_tokens: int = 4
+    mamba_ssm_dtype: Optional[str] = None  # default: the model's
+    context_length: Optional[int] = None  # default: the model's
+
+    def validate(self) -> None:
+        for name in ("tp", "pp", "max_running_requests", "speculative_num_draft_tokens"):
+            if getattr(self, name) <= 0:
+                raise CensusError(f"--{name.replace('_', '-')} must be positive")
+        for name in ("max_mamba_cache_size", "context_length"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise CensusError(f"--{name.replace('_', '-')} must be positive")
+        if (self.model is None) == (self.config is None):
+            raise CensusError("give exactly one of --model NAME or --config PATH")
+
+    @property
+    def mamba_slots(self) -> int:
+        return self.max_mamba_cache_size or 3 * self.max_running_requests
+
+
+def bundled_models() -> list[str]:
+    return sorted(
+        name[: -len(".json")] for name in os.listdir(MODELS_DIR) if name.endswith(".json")
+    )
+
+
+def read_config_dict(inputs: Inputs) -> dict:
+    if inputs.model is not None:
+        path = os.path.join(MODELS_DIR, f"{inputs.model}.json")
+        if not os.path.isfile(path):
+            raise CensusError(
+                f"unknown model {inputs.model!r}; bundled: {', '.join(bundled_models())}"
+            )
+    else:
+        path = inputs.config
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CensusError(f"cannot read config {path}: {exc}") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise CensusError(f"{path} is not a Hugging Face config.json (no model_type)")
+    return data
+
+
+def load_hf_config(data: dict):
+    """The model's config as SGLang loads it (its own config classes and loader)."""
+    try:
+        from sglang.srt.utils.hf_transformers_utils import get_config
+    except ImportError:
+        from sglang.srt.utils.hf_transformers.config import get_config
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(data, f)
+        try:
+            return get_config(folder, trust_remote_code=False)
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise CensusError(f"SGLang cannot load this config: {exc}") from None
+
+
+def model_config(hf_config, *, context_length: Optional[int]) -> Any:
+    """The few ModelConfig fields the request-pool code reads."""
+    text = hf_config.get_text_config()
+    return types.SimpleNamespace(
+        hf_config=hf_config,
+        hf_text_config=text,
+        context_len=context_length or getattr(text, "max_position_embeddings", 4096),
+        num_hidden_layers=text.num_hidden_layers,
+        is_draft_model=False,
+        is_generation=True,
+    )
+
+
+def linear_state_config(mc) -> Any:
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+
+    return mambaish_config(mc)
+
+
+@contextlib.contextmanager
+def published(**fields: Any) -> Iterator[Any]:
+    """Publish a ServerArgs carrying ``fields`` as SGLang's configuration for the block."""
+    from sglang.srt.runtime_context import get_context
+
+    fields.setdefault("page_size", 1)
+    with get_context().override_server_args(**fields) as server_args:
+        yield server_args
+
+
+@contextlib.contextmanager
+def parallel(*, tp: int) -> Iterator[None]:
+    """Attention-TP layout of one rank (rank 0) for SGLang's cache-parameter code."""
+    from sglang.srt.runtime_context import get_parallel
+
+    with get_parallel().override(tp_size=tp, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0):
+        yield
+
+
+def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, int]):
+    """A real KVCacheConfigurator, filled in as a plain dataclass."""
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    values = {
+        f.name: None for f in dataclasses.fields(KVCacheConfigurator) if f.init
+    }
+    known = dict(
+        device="cuda",
+        gpu_id=0,
+        model_config=mc,
+        server_args=server_args,
+        page_size=1,
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            server_args.speculative_algorithm
+        ),
+        is_draft_worker=is_draft_worker,
+        post_capture_kv_active=False,
+        is_hybrid_swa=False,
+        is_hybrid_swa_compress=False,
+        use_mla_backend=False,
+        layer_info=types.SimpleNamespace(start_layer=layers[0], end_layer=layers[1]),
+        ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
+    )
+    values.update({k: v for k, v in known.items() if k in values})
+    return KVCacheConfigurator(**values)
+
+
+def build_request_pool(conf, max_num_reqs: int):
+    """Run upstream's request-pool build under FakeTensorMode (no memory used)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return conf._build_req_to_token_pool(max_num_reqs=max_num_reqs)
+
+
+def pool_tensors(pool) -> dict[str, Any]:
+    """Every tensor of the request pool and its mamba state, by upstream's names."""
+    import torch
+
+    found: dict[str, Any] = {}
+
+    def add(name: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            found[name] = value
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    found[f"{name}[{i}]"] = item
+
+    for name, value in vars(pool).items():
+        add(name, value)
+    mamba_pool = getattr(pool, "mamba_pool", None)
+    if mamba_pool is not None:
+        for name, value in vars(mamba_pool).items():
+            if name != "mamba_cache":
+                add(f"mamba_pool.{name}", value)
+        cache = mamba_pool.mamba_cache
+        for f in dataclasses.fields(cache):
+            add(f.name, getattr(cache, f.name))
+    return found
+
+
+def component_bytes(pool) -> dict[str, int]:
+    """Bytes per component, each physical storage counted once (views share it)."""
+    seen: dict[int, str] = {}
+    sizes: dict[int, int] = {}
+    # Named state first, so a storage is filed under its upstream state name.
+    tensors = sorted(
+        pool_tensors(pool).items(), key=lambda kv: kv[0].split("[")[0] not in COMPONENTS
+    )
+    for name, tensor in tensors:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in seen:
+            continue
+        base = name.split("[")[0]
+        seen[key] = COMPONENTS.get(base, base.replace("mamba_pool.", "other: "))
+        sizes[key] = storage.nbytes()
+    totals: dict[str, int] = {}
+    for key, component in seen.items():
+        totals[component] = totals.get(component, 0) + sizes[key]
+    return totals
+
+
+def summarize(components: dict[str, int]) -> dict:
+    return {
+        "components": dict(sorted(components.items())),
+        "verify_only_bytes": sum(components.get(c, 0) for c in VERIFY_ONLY),
+        "total_bytes": sum(components.values()),
+    }
+
+
+def _stage_layers(num_layers: int, pp: int, linear_layers: list[int]) -> tuple[int, int]:
+    """The pipeline stage holding the most linear-attention layers (it sets the peak)."""
+    from sglang.srt.distributed.utils import get_pp_indices
+
+    stages = [get_pp_indices(num_layers, rank, pp) for rank in range(pp)]
+    return max(stages, key=lambda se: sum(se[0] <= i < se[1] for i in linear_layers))
+
+
+def server_fields(inputs: Inputs, role: str, *, speculative: bool = True) -> dict:
+    fields = dict(
+        disaggregation_mode=role,
+        max_running_requests=inputs.max_running_requests,
+        max_mamba_cache_size=inputs.mamba_slots,
+        tp_size=inputs.tp,
+        pp_size=inputs.pp,
+    )
+    if speculative:
+        fields.update(
+            speculative_algorithm="EAGLE",
+            speculative_num_draft_tokens=inputs.speculative_num_draft_tokens,
+            speculative_num_steps=max(inputs.speculative_num_draft_tokens - 1, 1),
+            speculative_eagle_topk=1,
+        )
+    if role == "decode":
+        # Upstream's PD hook defaults this to 0 (2x the batch below 33 requests).
+        per_worker = inputs.max_running_requests
+        fields["disaggregation_decode_extra_slots"] = 2 * per_worker if per_worker <= 32 else 0
+    if inputs.mamba_ssm_dtype:
+        fields["mamba_ssm_dtype"] = inputs.mamba_ssm_dtype
+    return fields
+
+
+def prepare(inputs: Inputs):
+    """Validate inputs and load the model: (hf_config, model_config, linear config)."""
+    inputs.validate()
+    data = read_config_dict(inputs)
+    hf_config = load_hf_config(data)
+    mc = model_config(hf_config, context_length=inputs.context_length)
+    linear = linear_state_config(mc)
+    if linear is None:
+        raise CensusError(
+            f"model_type {data['model_type']!r} has no linear-attention (mamba/GDN/KDA) "
+            f"layers: it has no mamba state and nothing for this plugin to gate"
+        )
+    return hf_config, mc, linear
+
+
+def run(inputs: Inputs) -> dict:
+    """The census: roles -> upstream/plugin -> components, verify-only and total bytes."""
+    import sglang
+
+    hf_config, mc, linear = prepare(inputs)
+    roles: dict[str, dict] = {}
+    with parallel(tp=inputs.tp):
+        try:
+            cache_params = linear.mamba2_cache_params
+        except (AssertionError, ValueError, ZeroDivisionError) as exc:
+            raise CensusError(f"--tp {inputs.tp} does not fit this model: {exc}") from None
+        check_tp_heads(linear, inputs.tp)
+        layers = _stage_layers(mc.num_hidden_layers, inputs.pp, list(cache_params.layers))
+        for role in ROLES:
+            with published(**server_fields(inputs, role)) as server_args:
+                conf = configurator(mc, server_args, is_draft_worker=False, layers=layers)
+                with upstream_behaviour():
+                    upstream = build_request_pool(conf, inputs.max_running_requests)
+                plugin = build_request_pool(conf, inputs.max_running_requests)
+            roles[role] = {
+                "upstream": summarize(component_bytes(upstream)),
+                "plugin": summarize(component_bytes(plugin)),
+            }
+    return {
+        "sglang_version": sglang.__version__,
+        "model": inputs.model or os.path.abspath(inputs.config),
+        "inputs": {
+            "tp": inputs.tp,
+            "pp": inputs.pp,
+            "pp_stage_layers": list(layers),
+            "max_running_requests": inputs.max_running_requests,
+            "max_mamba_cache_size": inputs.mamba_slots,
+            "speculative_num_draft_tokens": inputs.speculative_num_draft_tokens,
+            "mamba_ssm_dtype": str(cache_params.dtype.temporal).replace("torch.", ""),
+            "context_length": mc.context_len,
+        },
+        "roles": roles,
+    }
+
+
+def check_tp_heads(linear, tp: int) -> None:
+    """A TP that does not divide the heads gets one clear line, not a traceback."""
+    text = linear
+    for name in ("linear_num_value_heads", "linear_num_key_heads", "mamba_num_heads", "num_heads"):
+        heads = getattr(text, name, None)
+        if isinstance(heads, int) and heads % tp:
+            raise CensusError(f"--tp {tp} does not divide {name}={heads} of this model")

@@ -1,0 +1,147 @@
+"""Which SGLang is installed, and which gates it still needs from us.
+
+    from sglang_pd_lean import compat
+    for gate in compat.plan():
+        print(gate.name, gate.state, gate.detail)
+
+Supported releases: 0.5.16 to 0.5.23. 0.5.16 and 0.5.17 need every gate; 0.5.18 and
+later gate pool, graph and warmup themselves, 0.5.22 and later size the budget right.
+Whether a fix is native is read from the installed code (the upstream function asks
+about the disaggregation mode itself), with the release number only as a cross-check
+in the doctor's report.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import os
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Optional
+
+SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
+KILL_SWITCH = "SGLANG_PD_LEAN"
+
+NEEDED = "applied by the plugin"
+NATIVE = "native upstream"
+NOT_APPLICABLE = "not applicable"
+DISABLED = "disabled by kill switch"
+
+
+def sglang_version() -> Optional[str]:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def release(version: Optional[str]) -> Optional[str]:
+    """``0.5.17.post1`` -> ``0.5.17``; None for anything unparsable."""
+    if not version:
+        return None
+    parts = version.split(".")
+    if len(parts) < 3 or not all(p.isdigit() for p in parts[:2]):
+        return None
+    minor = "".join(ch for ch in parts[2] if ch.isdigit())
+    return f"{parts[0]}.{parts[1]}.{minor}" if minor else None
+
+
+def is_supported(version: Optional[str]) -> bool:
+    return release(version) in SUPPORTED
+
+
+def kill_switch_on() -> bool:
+    return os.environ.get(KILL_SWITCH, "1").strip().lower() in ("0", "false", "off", "no")
+
+
+def resolve(target: str):
+    """The object HookRegistry would patch, or raise what it would raise."""
+    owner, attr = target.rsplit(".", 1)
+    return getattr(pkgutil.resolve_name(owner), attr)
+
+
+def missing_targets(targets: list[str]) -> list[str]:
+    missing = []
+    for target in targets:
+        try:
+            resolve(target)
+        except (ImportError, AttributeError, ValueError) as exc:
+            missing.append(f"{target} ({type(exc).__name__}: {exc})")
+    return missing
+
+
+def _source(target: str) -> str:
+    try:
+        return inspect.getsource(inspect.unwrap(resolve(target)))
+    except (ImportError, AttributeError, ValueError, OSError, TypeError):
+        return ""
+
+
+# Each native fix shows in the code upstream runs: the function asks, itself, whether
+# the server is a prefill server (0.5.18+), or the budget charges the verify state only
+# where the pool allocates it (0.5.22+). Probes are markers of that code, not versions.
+_NATIVE_PROBES = {
+    "pool": (
+        "sglang.srt.mem_cache.kv_cache_configurator."
+        "KVCacheConfigurator._build_hybrid_req_pool",
+        ("prefill",),
+    ),
+    "graph": (
+        "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
+        "capture_decode_graph",
+        ("prefill",),
+    ),
+    "warmup": (
+        "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",
+        ("prefill",),
+    ),
+    "budget": (
+        "sglang.srt.mem_cache.kv_cache_configurator."
+        "KVCacheConfigurator._handle_max_mamba_cache",
+        ("prefill",),
+    ),
+}
+
+
+def native_reason(gate: str) -> Optional[str]:
+    """Why upstream already does what ``gate`` does, or None if it does not."""
+    probe = _NATIVE_PROBES.get(gate)
+    if probe is None:
+        return None
+    target, markers = probe
+    source = _source(target)
+    if source and all(marker in source for marker in markers):
+        return f"{target.rsplit('.', 1)[-1]} checks the disaggregation mode itself"
+    return None
+
+
+@dataclass
+class GatePlan:
+    name: str
+    summary: str
+    state: str
+    detail: str = ""
+    hooks: list = field(default_factory=list)
+
+
+def plan() -> list[GatePlan]:
+    """Every gate with its state on the installed SGLang."""
+    from sglang_pd_lean.gates import all_gates
+
+    disabled = kill_switch_on()
+    plans = []
+    for gate in all_gates():
+        native = gate.native()
+        if native:
+            state, detail = NATIVE, native
+        else:
+            state, detail = NEEDED, ""
+            applicable = getattr(gate, "applicable", None)
+            reason = applicable() if applicable else None
+            if reason:
+                state, detail = NOT_APPLICABLE, reason
+        if disabled and state == NEEDED:
+            state, detail = DISABLED, f"{KILL_SWITCH}=0"
+        plans.append(GatePlan(gate.NAME, gate.SUMMARY, state, detail, gate.hooks()))
+    return plans

@@ -1,0 +1,56 @@
+"""Warmup gate: a prefill target warms up in DECODE, one token per request.
+
+Hooks (AROUND) ``BaseRunner._dummy_run`` in
+``sglang/srt/model_executor/runner/base_runner.py``. With speculative decoding on,
+upstream's warmup (FlashInfer autotune, PP DeepGEMM warmup) runs its dummy forward
+in ``TARGET_VERIFY`` with ``num_draft_tokens`` per request; on a pool without
+``SpeculativeState`` that trips the linear-attention backend. On a worker that
+cannot verify, the hook runs upstream's ``_dummy_run`` with the model runner's
+``spec_algorithm`` set to NONE for the call, so upstream picks DECODE with one token
+per request and builds a plain decode batch. Applies to SGLang 0.5.16 and 0.5.17;
+0.5.18+ does this natively. Leaves alone: draft workers (some algorithms verify with
+the draft), decode / null / non-speculative workers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_pd_lean.gates import Hook, temporarily
+from sglang_pd_lean.role import judge
+
+logger = logging.getLogger(__name__)
+
+NAME = "warmup"
+SUMMARY = "warmup dummy forward in DECODE, 1 token/request on a prefill target"
+TARGET = "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run"
+
+_logged = False
+
+
+def dummy_run(original, runner, *args, **kwargs):
+    model_runner = runner.model_runner
+    worker = judge(model_runner.server_args, is_draft_worker=model_runner.is_draft_worker)
+    if worker.can_run_target_verify:
+        return original(runner, *args, **kwargs)
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    global _logged
+    if not _logged:
+        _logged = True
+        logger.info(
+            f"[sglang-pd-lean] warmup gate: {worker.describe()} cannot run "
+            f"TARGET_VERIFY; warmup forward runs in DECODE with 1 token per request"
+        )
+    with temporarily(model_runner, spec_algorithm=SpeculativeAlgorithm.NONE):
+        return original(runner, *args, **kwargs)
+
+
+def hooks() -> list[Hook]:
+    return [Hook(TARGET, dummy_run, "AROUND")]
+
+
+def native() -> str | None:
+    from sglang_pd_lean import compat
+
+    return compat.native_reason(NAME)

@@ -1,0 +1,128 @@
+"""The one question every gate asks: can this worker run ``TARGET_VERIFY``?
+
+    from sglang_pd_lean.role import judge
+
+    worker = judge(model_runner.server_args, is_draft_worker=model_runner.is_draft_worker)
+    if worker.can_run_target_verify:
+        ...  # step aside: upstream builds what it builds
+
+A speculative **target** worker on a plain PD **prefill** server never verifies: the
+decode server runs every verify step. Such a worker is the only one for which the
+answer is "no". Decode, unified (``null``) and draft workers, servers without
+speculative decoding, and prefill servers that may still verify (a role that can
+change at runtime, one memory pool shared between roles, a platform with its own
+pool layout such as NPU) all answer "yes": if in doubt, keep the bytes.
+
+Inputs come from SGLang's own configuration, read when a gate asks (in a scheduler
+process plugins load before the configuration is published): the published runtime
+context (``get_disagg()``, ``get_spec()``, ``get_memory()``) where the release has
+one, else the worker's ``server_args`` (0.5.16). Works on SGLang 0.5.16 to 0.5.23.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+# ServerArgs flags, on any supported release, under which a prefill server keeps its
+# verify state. Missing flags read as off.
+_KEEP_VERIFY_FLAGS = {
+    "enable_pd_role_switch": "PD role switch",
+    "enable_role_switch": "PD role switch",
+    "enable_unified_memory": "unified memory pool",
+}
+
+_upstream_only: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sglang_pd_lean_upstream_only", default=False
+)
+
+
+@contextlib.contextmanager
+def upstream_behaviour() -> Iterator[None]:
+    """Within this block every worker answers "can verify": all gates step aside.
+
+    The census and the tests use it to build upstream's pools in the same process.
+    """
+    token = _upstream_only.set(True)
+    try:
+        yield
+    finally:
+        _upstream_only.reset(token)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What the predicate saw, for gates, logs and the census."""
+
+    disaggregation_mode: str
+    speculative_algorithm: Optional[str]
+    is_draft_worker: bool
+    keeps_verify_because: Optional[str] = None
+
+    @property
+    def is_speculative_target(self) -> bool:
+        return self.speculative_algorithm is not None and not self.is_draft_worker
+
+    @property
+    def can_run_target_verify(self) -> bool:
+        """False only for a speculative target on a prefill server that never verifies."""
+        if _upstream_only.get():
+            return True
+        return not (
+            self.is_speculative_target
+            and self.disaggregation_mode == "prefill"
+            and self.keeps_verify_because is None
+        )
+
+    def describe(self) -> str:
+        kind = "draft" if self.is_draft_worker else "target"
+        spec = self.speculative_algorithm or "no speculative decoding"
+        text = f"{self.disaggregation_mode} {kind} ({spec})"
+        if self.keeps_verify_because:
+            text += f", keeps verify state: {self.keeps_verify_because}"
+        return text
+
+
+def _published(getter_name: str, field: str, server_args: Any) -> Any:
+    """A leaf of SGLang's published config namespace, else the ServerArgs field."""
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # 0.5.16: no runtime context yet
+        runtime_context = None
+    getter = getattr(runtime_context, getter_name, None)
+    if getter is not None:
+        try:
+            return getattr(getter(), field)
+        except (AttributeError, KeyError, ValueError, RuntimeError):
+            pass  # not published in this process (yet): fall back to server_args
+    return getattr(server_args, field, None)
+
+
+def _is_npu() -> bool:
+    try:
+        from sglang.srt.utils import is_npu
+    except ImportError:
+        return False
+    return bool(is_npu())
+
+
+def judge(server_args: Any, *, is_draft_worker: bool) -> Worker:
+    """Describe the worker that owns ``server_args`` and decide the one question."""
+    mode = _published("get_disagg", "disaggregation_mode", server_args) or "null"
+    algorithm = _published("get_spec", "speculative_algorithm", server_args)
+    keep = None
+    for flag, reason in _KEEP_VERIFY_FLAGS.items():
+        namespace = "get_memory" if flag == "enable_unified_memory" else "get_disagg"
+        if _published(namespace, flag, server_args):
+            keep = reason
+            break
+    if keep is None and _is_npu():
+        keep = "NPU pool layout"
+    return Worker(
+        disaggregation_mode=str(mode),
+        speculative_algorithm=str(algorithm) if algorithm is not None else None,
+        is_draft_worker=bool(is_draft_worker),
+        keeps_verify_because=keep,
+    )
