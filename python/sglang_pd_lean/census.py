@@ -48,6 +48,9 @@ COMPONENTS = {
 VERIFY_ONLY = ("verify ssm snapshots", "verify conv windows", "replayssm rings")
 
 
+_NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
+
+
 class CensusError(ValueError):
     """Bad input for the census: the message is one line for the operator."""
 
@@ -184,19 +187,40 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         is_hybrid_swa=False,
         is_hybrid_swa_compress=False,
         use_mla_backend=False,
-        layer_info=types.SimpleNamespace(start_layer=layers[0], end_layer=layers[1]),
+        layer_info=layer_info(*layers),
         ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
     )
     values.update({k: v for k, v in known.items() if k in values})
     return KVCacheConfigurator(**values)
 
 
+def layer_info(start: int, end: int) -> Any:
+    """SGLang's ModelLayerInfo for a [start, end) stage (a namespace before it existed)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.layer_setup import (
+            ModelLayerInfo,
+        )
+    except ImportError:
+        return types.SimpleNamespace(start_layer=start, end_layer=end)
+    return ModelLayerInfo(start_layer=start, end_layer=end, num_effective_layers=end - start)
+
+
 def build_request_pool(conf, max_num_reqs: int):
     """Run upstream's request-pool build under FakeTensorMode (no memory used)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        return conf._build_req_to_token_pool(max_num_reqs=max_num_reqs)
+    # 0.5.23 warms a Triton slot-copy kernel as the pool is built: a launch, not an
+    # allocation, and impossible without a GPU. SGLang's own switch turns it off.
+    saved = os.environ.get(_NO_KERNEL_WARMUP)
+    os.environ[_NO_KERNEL_WARMUP] = "1"
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            return conf._build_req_to_token_pool(max_num_reqs=max_num_reqs)
+    finally:
+        if saved is None:
+            del os.environ[_NO_KERNEL_WARMUP]
+        else:
+            os.environ[_NO_KERNEL_WARMUP] = saved
 
 
 def pool_tensors(pool) -> dict[str, Any]:

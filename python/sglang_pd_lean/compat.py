@@ -78,42 +78,43 @@ def _source(target: str) -> str:
         return ""
 
 
-# Each native fix shows in the code upstream runs: the function asks, itself, whether
-# the server is a prefill server (0.5.18+), or the budget charges the verify state only
-# where the pool allocates it (0.5.22+). Probes are markers of that code, not versions.
-_NATIVE_PROBES = {
+# Each native fix shows in the code upstream runs: from 0.5.18 the pool, graph and
+# warmup functions ask the disaggregation mode themselves; from 0.5.22 the mamba
+# budget asks the pool's own "does a PD prefill skip the spec state?" helper.
+# A gate is native when its upstream function carries one of these markers.
+_NATIVE_MARKERS = {
     "pool": (
         "sglang.srt.mem_cache.kv_cache_configurator."
         "KVCacheConfigurator._build_hybrid_req_pool",
-        ("prefill",),
+        ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state"),
     ),
     "graph": (
         "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
         "capture_decode_graph",
-        ("prefill",),
+        ("disaggregation_mode",),
     ),
     "warmup": (
         "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",
-        ("prefill",),
+        ("disaggregation_mode", "_is_pd_prefill_target"),
     ),
     "budget": (
         "sglang.srt.mem_cache.kv_cache_configurator."
         "KVCacheConfigurator._handle_max_mamba_cache",
-        ("prefill",),
+        ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode"),
     ),
 }
 
 
 def native_reason(gate: str) -> Optional[str]:
     """Why upstream already does what ``gate`` does, or None if it does not."""
-    probe = _NATIVE_PROBES.get(gate)
-    if probe is None:
+    if gate not in _NATIVE_MARKERS:
         return None
-    target, markers = probe
+    target, markers = _NATIVE_MARKERS[gate]
     source = _source(target)
-    if source and all(marker in source for marker in markers):
-        return f"{target.rsplit('.', 1)[-1]} checks the disaggregation mode itself"
-    return None
+    found = [marker for marker in markers if marker in source]
+    if not found:
+        return None
+    return f"upstream {target.rsplit('.', 1)[-1]}() checks {found[0]}"
 
 
 @dataclass
