@@ -25,7 +25,7 @@ import tempfile
 import types
 from typing import Any, Iterator, Optional
 
-from sglang_pd_lean.role import upstream_behaviour
+from sglang_pd_lean.role import setting, upstream_behaviour
 
 ROLES = ("prefill", "decode", "null")
 MODELS_DIR = os.path.join(os.path.dirname(__file__), "models")
@@ -180,7 +180,7 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         server_args=server_args,
         page_size=1,
         spec_algorithm=SpeculativeAlgorithm.from_string(
-            server_args.speculative_algorithm
+            setting("get_spec", "speculative_algorithm", server_args)
         ),
         is_draft_worker=is_draft_worker,
         post_capture_kv_active=False,

@@ -85,7 +85,7 @@ class Worker:
         return text
 
 
-def _published(getter_name: str, field: str, server_args: Any) -> Any:
+def setting(getter_name: str, field: str, server_args: Any) -> Any:
     """A leaf of SGLang's published config namespace, else the ServerArgs field."""
     try:
         from sglang.srt import runtime_context
@@ -110,12 +110,12 @@ def _is_npu() -> bool:
 
 def judge(server_args: Any, *, is_draft_worker: bool) -> Worker:
     """Describe the worker that owns ``server_args`` and decide the one question."""
-    mode = _published("get_disagg", "disaggregation_mode", server_args) or "null"
-    algorithm = _published("get_spec", "speculative_algorithm", server_args)
+    mode = setting("get_disagg", "disaggregation_mode", server_args) or "null"
+    algorithm = setting("get_spec", "speculative_algorithm", server_args)
     keep = None
     for flag, reason in _KEEP_VERIFY_FLAGS.items():
         namespace = "get_memory" if flag == "enable_unified_memory" else "get_disagg"
-        if _published(namespace, flag, server_args):
+        if setting(namespace, flag, server_args):
             keep = reason
             break
     if keep is None and _is_npu():

@@ -1,0 +1,76 @@
+"""Graph gate: a PD-prefill speculative target captures no target-verify graph.
+
+Calls the real ``cuda_graph_setup.capture_decode_graph``. The model runner is a
+namespace with the fields that function reads (a real ModelRunner needs a GPU and
+weights). The first device call (``get_available_gpu_memory``) is replaced by a
+sentinel: a worker that reaches it was on its way to capture.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from sglang_pd_lean import census
+
+
+class ReachedDevice(Exception):
+    pass
+
+
+@pytest.fixture
+def device_sentinel(monkeypatch):
+    from sglang.srt.model_executor.model_runner_components import cuda_graph_setup
+
+    def first_device_call(*args, **kwargs):
+        raise ReachedDevice
+
+    monkeypatch.setattr(cuda_graph_setup, "get_available_gpu_memory", first_device_call)
+    return cuda_graph_setup
+
+
+def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    draft_tokens = fields.get("speculative_num_draft_tokens") or 1
+    return types.SimpleNamespace(
+        server_args=server_args,
+        is_draft_worker=is_draft_worker,
+        spec_algorithm=SpeculativeAlgorithm.from_string(fields.get("speculative_algorithm")),
+        is_generation=True,
+        device="cuda",
+        gpu_id=0,
+        decode_num_tokens_per_req=lambda: draft_tokens,
+    )
+
+
+def capture(cuda_graph_setup, role: str, *, speculative: bool, is_draft_worker: bool):
+    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    fields = census.server_fields(inputs, role, speculative=speculative)
+    with census.published(**fields) as server_args:
+        runner = model_runner(server_args, fields, is_draft_worker=is_draft_worker)
+        return cuda_graph_setup.capture_decode_graph(model_runner=runner)
+
+
+def test_prefill_target_captures_no_verify_graph(device_sentinel):
+    result = capture(device_sentinel, "prefill", speculative=True, is_draft_worker=False)
+    assert result.runner is None
+    # 0.5.17+ name the phase the capture was for (0.5.16's result has no such field).
+    assert getattr(result, "memory_phase", "target_verify") == "target_verify"
+
+
+@pytest.mark.parametrize("role", ["decode", "null"])
+def test_decode_and_null_targets_go_on_to_capture(device_sentinel, role):
+    with pytest.raises(ReachedDevice):
+        capture(device_sentinel, role, speculative=True, is_draft_worker=False)
+
+
+def test_prefill_draft_worker_goes_on_to_capture(device_sentinel):
+    with pytest.raises(ReachedDevice):
+        capture(device_sentinel, "prefill", speculative=True, is_draft_worker=True)
+
+
+def test_prefill_without_speculative_decoding_goes_on_to_capture(device_sentinel):
+    with pytest.raises(ReachedDevice):
+        capture(device_sentinel, "prefill", speculative=False, is_draft_worker=False)

@@ -1,0 +1,144 @@
+"""The plugin as SGLang loads it: discovery, kill switch, unsupported releases,
+missing hook targets, idempotence. Each case runs in a fresh interpreter, because
+hooks, once applied, stay for the life of a process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_python
+
+GATE_TARGETS = {
+    "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
+    "graph": "sglang.srt.model_executor.model_runner_components.cuda_graph_setup.capture_decode_graph",
+    "warmup": "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",
+    "budget": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache",
+}
+
+
+def expected_gates(version: str) -> set[str]:
+    """What each release lacks, from its release notes (not from our compat code)."""
+    minor = int(version.split(".")[2][:2])
+    if minor <= 17:
+        return {"pool", "graph", "warmup", "budget"}
+    if minor <= 21:
+        return {"budget"}
+    return set()
+
+
+SCRIPT = """
+import io, json, logging
+log = io.StringIO()
+logging.basicConfig(level=logging.INFO, stream=log)
+{prelude}
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+{after}
+import pkgutil
+targets = {targets!r}
+def wrapped(target):
+    owner, attr = target.rsplit(".", 1)
+    obj = pkgutil.resolve_name(owner)
+    raw = obj.__dict__.get(attr) if isinstance(obj, type) else getattr(obj, attr)
+    return hasattr(raw, "__wrapped__")
+
+from sglang_pd_lean import census
+from sglang.srt.mem_cache.memory_pool import MambaPool
+inputs = census.Inputs(model="qwen3-next-80b-a3b", tp=2, max_running_requests=4, context_length=256)
+_, mc, _ = census.prepare(inputs)
+with census.parallel(tp=2), census.published(**census.server_fields(inputs, "prefill")) as sa:
+    conf = census.configurator(mc, sa, is_draft_worker=False, layers=(0, mc.num_hidden_layers))
+    pool = census.build_request_pool(conf, 4)
+print("RESULT" + json.dumps({{
+    "wrapped": {{name: wrapped(t) for name, t in targets.items()}},
+    "hooks": {{t: len(h) for t, h in HookRegistry._hooks.items()}},
+    "prefill_verify_state": isinstance(pool.mamba_pool.mamba_cache, MambaPool.SpeculativeState),
+    "log": log.getvalue(),
+}}))
+"""
+
+
+def run_plugin(prelude: str = "", after: str = "", env: dict | None = None) -> dict:
+    proc = run_python(
+        SCRIPT.format(prelude=prelude, after=after, targets=GATE_TARGETS), env=env
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT") :])
+
+
+def our_lines(log: str, level: str) -> list[str]:
+    return [
+        line
+        for line in log.splitlines()
+        if line.startswith(f"{level}:sglang_pd_lean") and "[sglang-pd-lean]" in line
+    ]
+
+
+@pytest.fixture(scope="module")
+def version():
+    import sglang
+
+    return sglang.__version__
+
+
+def test_load_plugins_discovers_the_plugin_and_applies_its_hooks(version):
+    result = run_plugin()
+    applied = {name for name, is_wrapped in result["wrapped"].items() if is_wrapped}
+    assert applied == expected_gates(version)
+    assert "pd_lean -> sglang_pd_lean.plugin:register" in result["log"]
+    # Upstream (0.5.18+) or the plugin: either way a prefill target has no verify state.
+    assert result["prefill_verify_state"] is False
+
+
+def test_register_twice_registers_each_hook_once():
+    result = run_plugin(
+        after=(
+            "import sglang.srt.plugins as p; from sglang_pd_lean.plugin import register\n"
+            "assert register() is False\n"
+            "p._plugins_loaded = False; load_plugins()"
+        )
+    )
+    assert all(count == 1 for count in result["hooks"].values())
+
+
+def test_kill_switch_leaves_sglang_upstream(version):
+    result = run_plugin(env={"SGLANG_PD_LEAN": "0"})
+    assert not any(result["wrapped"].values())
+    assert result["hooks"] == {}
+    assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
+
+
+def test_plugin_left_out_of_sglang_plugins_leaves_sglang_upstream(version):
+    result = run_plugin(env={"SGLANG_PLUGINS": "some_other_plugin"})
+    assert not any(result["wrapped"].values())
+    assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
+
+
+def test_unsupported_release_warns_once_and_registers_nothing(version):
+    result = run_plugin(
+        prelude=(
+            "import importlib.metadata as md\n"
+            "_real = md.version\n"
+            "md.version = lambda name: '0.6.0' if name == 'sglang' else _real(name)"
+        )
+    )
+    warnings = our_lines(result["log"], "WARNING")
+    assert len(warnings) == 1 and "SGLang 0.6.0" in warnings[0]
+    assert not any(result["wrapped"].values())
+    assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
+
+
+def test_missing_hook_target_warns_once_and_registers_nothing(version):
+    needed = sorted(expected_gates(version))
+    if not needed:
+        pytest.skip(f"SGLang {version} needs no gate of the plugin")
+    owner, attr = GATE_TARGETS[needed[-1]].rsplit(".", 1)
+    module, cls = owner.rsplit(".", 1)
+    result = run_plugin(prelude=f"import {module} as m\ndelattr(m.{cls}, {attr!r})")
+    warnings = our_lines(result["log"], "WARNING")
+    assert len(warnings) == 1 and attr in warnings[0] and version in warnings[0]
+    assert not any(result["wrapped"].values())
+    assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
