@@ -47,7 +47,7 @@ def wrapped(target):
 from sglang_pd_lean import census
 from sglang.srt.mem_cache.memory_pool import MambaPool
 inputs = census.Inputs(model="qwen3-next-80b-a3b", tp=2, max_running_requests=4, context_length=256)
-_, mc, _ = census.prepare(inputs)
+mc, _ = census.prepare(inputs)
 with census.parallel(tp=2), census.published(**census.server_fields(inputs, "prefill")) as sa:
     conf = census.configurator(mc, sa, is_draft_worker=False, layers=(0, mc.num_hidden_layers))
     pool = census.build_request_pool(conf, 4)

@@ -22,7 +22,7 @@ CELLS = list(itertools.product(["prefill", "decode", "null"], [True, False], [Fa
 def build(model: str, role: str, speculative: bool, is_draft_worker: bool):
     """(plugin build, upstream build) of the request pool for one worker."""
     inputs = census.Inputs(model=model, tp=2, max_running_requests=8, context_length=512)
-    _, mc, linear = census.prepare(inputs)
+    mc, linear = census.prepare(inputs)
     fields = census.server_fields(inputs, role, speculative=speculative)
     with census.parallel(tp=inputs.tp), census.published(**fields) as server_args:
         layers = (0, mc.num_hidden_layers)

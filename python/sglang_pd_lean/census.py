@@ -17,10 +17,12 @@ Works on SGLang 0.5.16 to 0.5.23.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 import types
 from typing import Any, Iterator, Optional
@@ -28,6 +30,7 @@ from typing import Any, Iterator, Optional
 from sglang_pd_lean.role import setting, upstream_behaviour
 
 ROLES = ("prefill", "decode", "null")
+DEFAULT_MODEL = "qwen3-next-80b-a3b"
 MODELS_DIR = os.path.join(os.path.dirname(__file__), "models")
 
 # Tensors of the request pool, by the attribute upstream stores them under.
@@ -66,12 +69,14 @@ class Inputs:
     speculative_num_draft_tokens: int = 4
     mamba_ssm_dtype: Optional[str] = None  # default: the model's
     context_length: Optional[int] = None  # default: the model's
+    available_gib: Optional[float] = None  # capacity rows: GPU memory left for state + KV
+    disable_radix_cache: bool = False
 
     def validate(self) -> None:
         for name in ("tp", "pp", "max_running_requests", "speculative_num_draft_tokens"):
             if getattr(self, name) <= 0:
                 raise CensusError(f"--{name.replace('_', '-')} must be positive")
-        for name in ("max_mamba_cache_size", "context_length"):
+        for name in ("max_mamba_cache_size", "context_length", "available_gib"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise CensusError(f"--{name.replace('_', '-')} must be positive")
@@ -80,7 +85,14 @@ class Inputs:
 
     @property
     def mamba_slots(self) -> int:
-        return self.max_mamba_cache_size or 3 * self.max_running_requests
+        """Slots the pool census builds: the explicit size, else upstream's target
+        ratio of mamba slots per running request."""
+        if self.max_mamba_cache_size:
+            return self.max_mamba_cache_size
+        from sglang.srt.mem_cache import kv_cache_configurator
+
+        ratio = getattr(kv_cache_configurator, "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO", 3)
+        return ratio * self.max_running_requests
 
 
 def bundled_models() -> list[str]:
@@ -110,34 +122,30 @@ def read_config_dict(inputs: Inputs) -> dict:
     return data
 
 
-def load_hf_config(data: dict):
-    """The model's config as SGLang loads it (its own config classes and loader)."""
-    try:
-        from sglang.srt.utils.hf_transformers_utils import get_config
-    except ImportError:
-        from sglang.srt.utils.hf_transformers.config import get_config
+_model_folders: dict[str, str] = {}
+
+
+def model_folder(data: dict) -> str:
+    """A folder holding ``data`` as config.json, for SGLang's loaders (kept per process)."""
+    key = json.dumps(data, sort_keys=True)
+    if key not in _model_folders:
+        folder = tempfile.mkdtemp(prefix="sglang-pd-lean-model-")
+        atexit.register(shutil.rmtree, folder, True)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            f.write(key)
+        _model_folders[key] = folder
+    return _model_folders[key]
+
+
+def model_config(data: dict, *, context_length: Optional[int]) -> Any:
+    """SGLang's own ModelConfig for the config (its config classes and loader)."""
+    from sglang.srt.configs.model_config import ModelConfig
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    with tempfile.TemporaryDirectory() as folder:
-        with open(os.path.join(folder, "config.json"), "w") as f:
-            json.dump(data, f)
-        try:
-            return get_config(folder, trust_remote_code=False)
-        except (ValueError, KeyError, TypeError, OSError) as exc:
-            raise CensusError(f"SGLang cannot load this config: {exc}") from None
-
-
-def model_config(hf_config, *, context_length: Optional[int]) -> Any:
-    """The few ModelConfig fields the request-pool code reads."""
-    text = hf_config.get_text_config()
-    return types.SimpleNamespace(
-        hf_config=hf_config,
-        hf_text_config=text,
-        context_len=context_length or getattr(text, "max_position_embeddings", 4096),
-        num_hidden_layers=text.num_hidden_layers,
-        is_draft_model=False,
-        is_generation=True,
-    )
+    try:
+        return ModelConfig(model_folder(data), context_length=context_length)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        raise CensusError(f"SGLang cannot load this config: {exc}") from None
 
 
 def linear_state_config(mc) -> Any:
@@ -179,6 +187,8 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         model_config=mc,
         server_args=server_args,
         page_size=1,
+        kv_cache_dtype=mc.dtype,
+        model_dtype=mc.dtype,
         spec_algorithm=SpeculativeAlgorithm.from_string(
             setting("get_spec", "speculative_algorithm", server_args)
         ),
@@ -188,10 +198,25 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         is_hybrid_swa_compress=False,
         use_mla_backend=False,
         layer_info=layer_info(*layers),
+        spec_aux_config=spec_aux_config(mc),
         ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
     )
     values.update({k: v for k, v in known.items() if k in values})
     return KVCacheConfigurator(**values)
+
+
+def spec_aux_config(mc) -> Any:
+    """Upstream's draft-model description: an MTP draft of the model's own MTP depth
+    (one layer where the config does not say), which shares the KV budget."""
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        SpecAuxHiddenStateConfig,
+    )
+
+    text = mc.hf_text_config
+    layers = getattr(text, "num_nextn_predict_layers", None) or getattr(
+        text, "mtp_num_hidden_layers", None
+    )
+    return SpecAuxHiddenStateConfig(eagle_draft_num_layers=int(layers or 1))
 
 
 def layer_info(start: int, end: int) -> Any:
@@ -288,11 +313,16 @@ def _stage_layers(num_layers: int, pp: int, linear_layers: list[int]) -> tuple[i
     return max(stages, key=lambda se: sum(se[0] <= i < se[1] for i in linear_layers))
 
 
-def server_fields(inputs: Inputs, role: str, *, speculative: bool = True) -> dict:
+def server_fields(
+    inputs: Inputs, role: str, *, speculative: bool = True, sizing: bool = False
+) -> dict:
+    """ServerArgs fields for one role. ``sizing``: leave the mamba slot count to
+    upstream's budget code unless the operator set it."""
     fields = dict(
         disaggregation_mode=role,
         max_running_requests=inputs.max_running_requests,
-        max_mamba_cache_size=inputs.mamba_slots,
+        max_mamba_cache_size=inputs.max_mamba_cache_size if sizing else inputs.mamba_slots,
+        disable_radix_cache=inputs.disable_radix_cache,
         tp_size=inputs.tp,
         pp_size=inputs.pp,
     )
@@ -313,32 +343,67 @@ def server_fields(inputs: Inputs, role: str, *, speculative: bool = True) -> dic
 
 
 def prepare(inputs: Inputs):
-    """Validate inputs and load the model: (hf_config, model_config, linear config)."""
+    """Validate inputs and load the model: (SGLang ModelConfig, linear-state config)."""
     inputs.validate()
     data = read_config_dict(inputs)
-    hf_config = load_hf_config(data)
-    mc = model_config(hf_config, context_length=inputs.context_length)
+    mc = model_config(data, context_length=inputs.context_length)
     linear = linear_state_config(mc)
     if linear is None:
         raise CensusError(
             f"model_type {data['model_type']!r} has no linear-attention (mamba/GDN/KDA) "
             f"layers: it has no mamba state and nothing for this plugin to gate"
         )
-    return hf_config, mc, linear
+    return mc, linear
+
+
+def size_budget(conf, available_gib: float, server_args) -> dict:
+    """Upstream's mamba sizing (``_handle_max_mamba_cache``) and KV sizing
+    (``config_from_budget``) for ``available_gib`` of memory after weights."""
+    kv_gib = conf._handle_max_mamba_cache(available_gib)
+    slots = setting("get_schedule", "max_mamba_cache_size", server_args)
+    tokens = conf.config_from_budget(int(kv_gib * (1 << 30))).max_total_num_tokens
+    return {
+        "kv_cache_gib": kv_gib,
+        "mamba_state_and_verify_gib": available_gib - kv_gib,
+        "kv_tokens": int(tokens),
+        "mamba_slots": int(slots),
+    }
+
+
+def capacity(inputs: Inputs, mc, layers: tuple[int, int]) -> dict:
+    """Per role: what the budget leaves for the KV cache, upstream vs plugin."""
+    roles: dict[str, dict] = {}
+    for role in ROLES:
+        sized = {}
+        for column in ("upstream", "plugin"):
+            fields = server_fields(inputs, role, sizing=True)
+            with published(**fields) as server_args:
+                conf = configurator(mc, server_args, is_draft_worker=False, layers=layers)
+                context = upstream_behaviour() if column == "upstream" else contextlib.nullcontext()
+                with context:
+                    sized[column] = size_budget(conf, inputs.available_gib, server_args)
+        up, lean = sized["upstream"], sized["plugin"]
+        sized["regained"] = {
+            "kv_cache_gib": lean["kv_cache_gib"] - up["kv_cache_gib"],
+            "kv_tokens_ratio": lean["kv_tokens"] / up["kv_tokens"],
+            "mamba_slots_ratio": lean["mamba_slots"] / up["mamba_slots"],
+        }
+        roles[role] = sized
+    return roles
 
 
 def run(inputs: Inputs) -> dict:
     """The census: roles -> upstream/plugin -> components, verify-only and total bytes."""
     import sglang
 
-    hf_config, mc, linear = prepare(inputs)
+    mc, linear = prepare(inputs)
     roles: dict[str, dict] = {}
+    check_tp_heads(linear, inputs.tp)
     with parallel(tp=inputs.tp):
         try:
             cache_params = linear.mamba2_cache_params
         except (AssertionError, ValueError, ZeroDivisionError) as exc:
             raise CensusError(f"--tp {inputs.tp} does not fit this model: {exc}") from None
-        check_tp_heads(linear, inputs.tp)
         layers = _stage_layers(mc.num_hidden_layers, inputs.pp, list(cache_params.layers))
         for role in ROLES:
             with published(**server_fields(inputs, role)) as server_args:
@@ -350,7 +415,8 @@ def run(inputs: Inputs) -> dict:
                 "upstream": summarize(component_bytes(upstream)),
                 "plugin": summarize(component_bytes(plugin)),
             }
-    return {
+        capacity_rows = capacity(inputs, mc, layers) if inputs.available_gib else None
+    result = {
         "sglang_version": sglang.__version__,
         "model": inputs.model or os.path.abspath(inputs.config),
         "inputs": {
@@ -365,12 +431,28 @@ def run(inputs: Inputs) -> dict:
         },
         "roles": roles,
     }
+    if capacity_rows is not None:
+        result["inputs"]["available_gib"] = inputs.available_gib
+        result["inputs"]["mamba_sizing"] = (
+            "explicit (--max-mamba-cache-size)"
+            if inputs.max_mamba_cache_size
+            else "from running requests (radix cache off)"
+            if inputs.disable_radix_cache
+            else "automatic (ratio of the budget)"
+        )
+        result["capacity"] = capacity_rows
+    return result
 
 
 def check_tp_heads(linear, tp: int) -> None:
-    """A TP that does not divide the heads gets one clear line, not a traceback."""
-    text = linear
-    for name in ("linear_num_value_heads", "linear_num_key_heads", "mamba_num_heads", "num_heads"):
-        heads = getattr(text, name, None)
-        if isinstance(heads, int) and heads % tp:
-            raise CensusError(f"--tp {tp} does not divide {name}={heads} of this model")
+    """A TP that does not divide the linear-attention heads gets one clear line."""
+    heads = {
+        name: getattr(linear, name, None)
+        for name in ("linear_num_value_heads", "linear_num_key_heads", "mamba_num_heads", "n_groups")
+    }
+    kda = getattr(linear, "linear_attn_config", None)
+    if isinstance(kda, dict):
+        heads["linear_attn_config.num_heads"] = kda.get("num_heads")
+    for name, count in heads.items():
+        if isinstance(count, int) and count % tp:
+            raise CensusError(f"--tp {tp} does not divide {name}={count} of this model")
