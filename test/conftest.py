@@ -29,10 +29,19 @@ def gate_states():
     return {gate.name: gate.state for gate in compat.plan()}
 
 
-def gate_is_native(name: str) -> bool:
-    from sglang_pd_lean import compat
+# The release that first does each gate's job itself (from upstream's sources), an
+# oracle independent of the plugin's own detection in ``compat``.
+NATIVE_FROM = {"pool": 18, "graph": 18, "warmup": 18, "budget": 22}
 
-    return compat.native_reason(name) is not None
+
+def sglang_minor() -> int:
+    import sglang
+
+    return int(sglang.__version__.split(".")[2][:2])
+
+
+def upstream_has(gate: str) -> bool:
+    return sglang_minor() >= NATIVE_FROM[gate]
 
 
 def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_python
+from conftest import run_python, upstream_has
 
 GATE_TARGETS = {
     "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
@@ -18,13 +18,10 @@ GATE_TARGETS = {
 
 
 def expected_gates(version: str) -> set[str]:
-    """What each release lacks, from its release notes (not from our compat code)."""
-    minor = int(version.split(".")[2][:2])
-    if minor <= 17:
-        return {"pool", "graph", "warmup", "budget"}
-    if minor <= 21:
-        return {"budget"}
-    return set()
+    """The gates a release lacks (conftest's oracle, not the plugin's compat code)."""
+    from conftest import upstream_has
+
+    return {gate for gate in GATE_TARGETS if not upstream_has(gate)}
 
 
 SCRIPT = """

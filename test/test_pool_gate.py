@@ -66,10 +66,10 @@ def test_prefill_target_pool_has_no_verify_state(model):
 @pytest.mark.parametrize("model", MODELS)
 def test_upstream_prefill_target_pool_without_plugin(model):
     """Without the gate, 0.5.16/0.5.17 build the verify state; 0.5.18+ do not."""
-    from conftest import gate_is_native
+    from conftest import upstream_has
 
     _, upstream = build(model, "prefill", speculative=True, is_draft_worker=False)
-    assert has_verify_state(upstream) is (not gate_is_native("pool"))
+    assert has_verify_state(upstream) is (not upstream_has("pool"))
 
 
 @pytest.mark.parametrize(

@@ -400,10 +400,12 @@ def run(inputs: Inputs) -> dict:
     roles: dict[str, dict] = {}
     check_tp_heads(linear, inputs.tp)
     with parallel(tp=inputs.tp):
-        try:
-            cache_params = linear.mamba2_cache_params
-        except (AssertionError, ValueError, ZeroDivisionError) as exc:
-            raise CensusError(f"--tp {inputs.tp} does not fit this model: {exc}") from None
+        # 0.5.23 reads parallel config leaves from the published configuration too.
+        with published(**server_fields(inputs, "null")):
+            try:
+                cache_params = linear.mamba2_cache_params
+            except (AssertionError, ValueError, ZeroDivisionError) as exc:
+                raise CensusError(f"--tp {inputs.tp} does not fit this model: {exc}") from None
         layers = _stage_layers(mc.num_hidden_layers, inputs.pp, list(cache_params.layers))
         for role in ROLES:
             with published(**server_fields(inputs, role)) as server_args:

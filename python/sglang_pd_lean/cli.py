@@ -55,8 +55,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"sglang-pd-lean: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sglang-pd-lean",
         description="PD-prefill speculative targets without verify-only state: "
         "memory census and plugin health.",
