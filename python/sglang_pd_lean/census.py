@@ -178,9 +178,13 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    values = {
-        f.name: None for f in dataclasses.fields(KVCacheConfigurator) if f.init
+    fields = [f for f in dataclasses.fields(KVCacheConfigurator) if f.init]
+    required = {
+        f.name: None
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     }
+    values = dict(required)
     known = dict(
         device="cuda",
         gpu_id=0,
@@ -200,8 +204,11 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         layer_info=layer_info(*layers),
         spec_aux_config=spec_aux_config(mc),
         ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
+        pp_size=1,  # 0.5.21+ keep these on the configurator itself
+        attn_dp_size=1,
     )
-    values.update({k: v for k, v in known.items() if k in values})
+    names = {f.name for f in fields}
+    values.update({k: v for k, v in known.items() if k in names})
     return KVCacheConfigurator(**values)
 
 
