@@ -21,7 +21,7 @@ py="${PYTHON:-python3}"
 lean_deps=(
   aiohttp compressed-tensors dill einops fastapi gguf ipython msgspec numpy openai
   orjson packaging partial-json-parser pillow psutil pybase64 pydantic pyzmq
-  requests sentencepiece tqdm transformers xgrammar
+  requests sentencepiece setproctitle tqdm transformers uvicorn xgrammar
 )
 # Test and report extras of ours.
 own_deps=(pytest matplotlib)
@@ -29,17 +29,22 @@ own_deps=(pytest matplotlib)
 torch_deps=(torch==2.14.1 torchvision==0.29.1)
 
 stamp="$venv/.sglang-pd-lean-ready"
+wanted="sglang==$version ${torch_deps[*]} ${lean_deps[*]} ${own_deps[*]}"
 log() { echo "[ensure_venv] $*" >&2; }
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
-if [ ! -f "$stamp" ]; then
+if [ ! -f "$venv/.sglang-installed" ]; then
   log "creating $venv (SGLang $version, CPU-only; takes a few minutes once)"
   rm -rf "$venv"
   mkdir -p "$root"
   "$py" -m venv "$venv"
-  pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
   "${pip[@]}" install --upgrade pip >&2
   "${pip[@]}" install "${torch_deps[@]}" >&2
   "${pip[@]}" install --no-deps "sglang==$version" >&2
+  touch "$venv/.sglang-installed"
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  log "installing the packages SGLang $version needs here into $venv"
   mapfile -t pinned < <("$venv/bin/python" - "${lean_deps[@]}" <<'PY'
 import re, sys
 from importlib.metadata import requires
@@ -58,7 +63,7 @@ for name in sorted(want - seen):
 PY
 )
   "${pip[@]}" install "${pinned[@]}" "${own_deps[@]}" "${torch_deps[@]}" >&2
-  touch "$stamp"
+  echo "$wanted" > "$stamp"
 fi
 
 # Our package, editable, without touching the pinned dependency set.

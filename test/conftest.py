@@ -31,7 +31,15 @@ def gate_states():
 
 # The release that first does each gate's job itself (from upstream's sources), an
 # oracle independent of the plugin's own detection in ``compat``.
-NATIVE_FROM = {"pool": 18, "graph": 18, "warmup": 18, "budget": 22}
+# None: no supported release (up to 0.5.23) does it.
+NATIVE_FROM = {
+    "pool": 18,
+    "graph": 18,
+    "warmup": 18,
+    "budget": 22,
+    "draft_graph": None,
+    "autotune": None,
+}
 
 
 def sglang_minor() -> int:
@@ -41,7 +49,8 @@ def sglang_minor() -> int:
 
 
 def upstream_has(gate: str) -> bool:
-    return sglang_minor() >= NATIVE_FROM[gate]
+    since = NATIVE_FROM[gate]
+    return since is not None and sglang_minor() >= since
 
 
 def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:

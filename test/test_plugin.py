@@ -14,6 +14,8 @@ GATE_TARGETS = {
     "graph": "sglang.srt.model_executor.model_runner_components.cuda_graph_setup.capture_decode_graph",
     "warmup": "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",
     "budget": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache",
+    "draft_graph": "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
+    "autotune": "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
 }
 
 
@@ -132,7 +134,7 @@ def test_missing_hook_target_warns_once_and_registers_nothing(version):
     needed = sorted(expected_gates(version))
     if not needed:
         pytest.skip(f"SGLang {version} needs no gate of the plugin")
-    owner, attr = GATE_TARGETS[needed[-1]].rsplit(".", 1)
+    owner, attr = GATE_TARGETS[needed[0]].rsplit(".", 1)
     module, cls = owner.rsplit(".", 1)
     result = run_plugin(prelude=f"import {module} as m\ndelattr(m.{cls}, {attr!r})")
     warnings = our_lines(result["log"], "WARNING")

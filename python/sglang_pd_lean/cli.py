@@ -31,11 +31,16 @@ COMPONENT_ORDER = (
 )
 
 
-def _load_sglang_plugins() -> None:
-    """Apply the plugin exactly as an SGLang process does (entry point discovery)."""
-    warnings.filterwarnings("ignore")  # SGLang's import-time notes about missing GPUs
+def _quiet_sglang() -> None:
+    """No import-time notes about the missing GPU, no start-up INFO logs."""
+    warnings.filterwarnings("ignore")
     for name in ("sglang", "sglang_pd_lean", "transformers", "torch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _load_sglang_plugins() -> None:
+    """Apply the plugin exactly as an SGLang process does (entry point discovery)."""
+    _quiet_sglang()
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
@@ -264,6 +269,7 @@ def cmd_report(args) -> int:
 def cmd_doctor(args) -> int:
     from sglang_pd_lean import compat
 
+    _quiet_sglang()
     version = compat.sglang_version()
     print(f"SGLang {version or 'not installed'}")
     if version is None:
@@ -277,13 +283,14 @@ def cmd_doctor(args) -> int:
     missing = compat.missing_targets(
         [hook.target for gate in plans if gate.state == compat.NEEDED for hook in gate.hooks]
     )
-    print(f"{'gate':10}{'state':26}detail")
+    print(f"{'gate':13}{'state':26}detail")
     for gate in plans:
         state = gate.state if supported else "not applied (unsupported SGLang)"
-        print(f"{gate.name:10}{state:26}{gate.detail or gate.summary}")
+        print(f"{gate.name:13}{state:26}{gate.detail or gate.summary}")
     for line in missing:
         print(f"missing hook target: {line}")
-    return 0 if supported and not missing else 1
+    unhandled = [gate.name for gate in plans if gate.state == compat.UNHANDLED]
+    return 0 if supported and not missing and not unhandled else 1
 
 
 def main(argv: Optional[list[str]] = None) -> int:

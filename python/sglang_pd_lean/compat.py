@@ -27,6 +27,7 @@ NEEDED = "applied by the plugin"
 NATIVE = "native upstream"
 NOT_APPLICABLE = "not applicable"
 DISABLED = "disabled by kill switch"
+UNHANDLED = "needed, not handled"  # upstream changed in a way this plugin has no hook for
 
 
 def sglang_version() -> Optional[str]:
@@ -56,9 +57,13 @@ def kill_switch_on() -> bool:
 
 
 def resolve(target: str):
-    """The object HookRegistry would patch, or raise what it would raise."""
-    owner, attr = target.rsplit(".", 1)
-    return getattr(pkgutil.resolve_name(owner), attr)
+    """The object HookRegistry would patch; AttributeError where the module or class
+    no longer defines it itself (an inherited method is not the code we hook)."""
+    owner_path, attr = target.rsplit(".", 1)
+    owner = pkgutil.resolve_name(owner_path)
+    if isinstance(owner, type) and attr not in vars(owner):
+        raise AttributeError(f"{owner.__name__} no longer defines {attr}")
+    return getattr(owner, attr)
 
 
 def missing_targets(targets: list[str]) -> list[str]:
@@ -71,7 +76,7 @@ def missing_targets(targets: list[str]) -> list[str]:
     return missing
 
 
-def _source(target: str) -> str:
+def source_of(target: str) -> str:
     try:
         return inspect.getsource(inspect.unwrap(resolve(target)))
     except (ImportError, AttributeError, ValueError, OSError, TypeError):
@@ -80,7 +85,8 @@ def _source(target: str) -> str:
 
 # Each native fix shows in the code upstream runs: from 0.5.18 the pool, graph and
 # warmup functions ask the disaggregation mode themselves; from 0.5.22 the mamba
-# budget asks the pool's own "does a PD prefill skip the spec state?" helper.
+# budget asks the pool's own "does a PD prefill skip the spec state?" helper. No
+# release up to 0.5.23 asks it in the draft-graph capture or the autotune sizing.
 # A gate is native when its upstream function carries one of these markers.
 _NATIVE_MARKERS = {
     "pool": (
@@ -102,6 +108,14 @@ _NATIVE_MARKERS = {
         "KVCacheConfigurator._handle_max_mamba_cache",
         ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode"),
     ),
+    "draft_graph": (
+        "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
+        ("disaggregation_mode",),
+    ),
+    "autotune": (
+        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
+        ("disaggregation_mode", "_is_pd_prefill_target"),
+    ),
 }
 
 
@@ -110,7 +124,7 @@ def native_reason(gate: str) -> Optional[str]:
     if gate not in _NATIVE_MARKERS:
         return None
     target, markers = _NATIVE_MARKERS[gate]
-    source = _source(target)
+    source = source_of(target)
     found = [marker for marker in markers if marker in source]
     if not found:
         return None
@@ -142,6 +156,8 @@ def plan() -> list[GatePlan]:
             reason = applicable() if applicable else None
             if reason:
                 state, detail = NOT_APPLICABLE, reason
+            elif not gate.hooks():
+                state, detail = UNHANDLED, "this SGLang needs a gate the plugin does not have"
         if disabled and state == NEEDED:
             state, detail = DISABLED, f"{KILL_SWITCH}=0"
         plans.append(GatePlan(gate.NAME, gate.SUMMARY, state, detail, gate.hooks()))

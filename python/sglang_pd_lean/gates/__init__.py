@@ -55,6 +55,14 @@ def temporarily(owner: Any, **values: Any) -> Iterator[None]:
 
 def all_gates() -> list:
     """Every gate module, in the order the plugin registers them."""
-    from sglang_pd_lean.gates import budget, graph, pool, warmup
+    from sglang_pd_lean.gates import (
+        autotune,
+        budget,
+        draft_graph,
+        graph,
+        pool,
+        replayssm,
+        warmup,
+    )
 
-    return [pool, graph, warmup, budget]
+    return [pool, graph, warmup, budget, draft_graph, autotune, replayssm]

@@ -1,0 +1,45 @@
+"""ReplaySSM rings on a prefill target: checked, not applicable.
+
+``--enable-linear-replayssm-spec`` allocates verify rings in ``MambaPool`` (read only
+by ``TARGET_VERIFY`` and the commit after it). Built by hand on a CPU, a prefill
+target's pool would still hold them, but every supported SGLang refuses the flag on a
+PD prefill server before any pool exists (``handle_linear_attn_backend`` in
+``arg_groups/attention_hook.py`` on 0.5.21+, ``ServerArgs`` before; 0.5.16 refuses
+its ``--enable-gdn-replayssm-spec`` under any PD mode).
+So there is nothing to gate; ``applicable()`` re-checks that refusal in the installed
+SGLang and the doctor reports it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sglang_pd_lean.gates import Hook
+
+NAME = "replayssm"
+SUMMARY = "no ReplaySSM verify rings on a prefill target"
+# 0.5.17+: "...replayssm-spec is not supported on a PD prefill server..."
+# 0.5.16:  "--enable-gdn-replayssm-spec is not supported under PD disaggregation..."
+_REFUSAL = re.compile(r"replayssm-spec is not supported (on a PD|under PD)")
+VALIDATORS = (
+    "sglang.srt.arg_groups.attention_hook.handle_linear_attn_backend",
+    "sglang.srt.server_args.ServerArgs",
+)
+
+
+def hooks() -> list[Hook]:
+    return []
+
+
+def native() -> str | None:
+    return None
+
+
+def applicable() -> str | None:
+    """Why this gate does not apply, or None if the installed SGLang would need it."""
+    from sglang_pd_lean import compat
+
+    for validator in VALIDATORS:
+        if _REFUSAL.search(compat.source_of(validator)):
+            return f"SGLang refuses the ReplaySSM spec flag on a PD prefill server ({validator})"
+    return None
