@@ -128,3 +128,15 @@ def test_doctor_reports_replayssm_not_applicable(capsys):
     cli.main(["doctor"])
     line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("replayssm")]
     assert line and "not applicable" in line[0]
+
+
+def test_report_counts_the_autotune_buffers_the_gate_shrinks():
+    """Logits rows dominate: max_bs x tokens/request x vocab x fp32."""
+    inputs = census.Inputs(model="qwen3-next-80b-a3b", tp=4, max_running_requests=64)
+    result = census.run(inputs)
+    warm = result["warmup"]
+    vocab = 151936
+    saved = warm["prefill"]["upstream"]["autotune_buffers_bytes"] - warm["prefill"]["plugin"]["autotune_buffers_bytes"]
+    assert saved >= 64 * (inputs.speculative_num_draft_tokens - 1) * vocab * 4
+    for role in ("decode", "null"):
+        assert warm[role]["plugin"] == warm[role]["upstream"]

@@ -399,6 +399,58 @@ def capacity(inputs: Inputs, mc, layers: tuple[int, int]) -> dict:
     return roles
 
 
+def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
+    """Bytes of the warmup's FlashInfer-autotune dummy-decode buffers: upstream's
+    ``EagerRunner._autotune_buffers`` and allocator, under FakeTensorMode, for a
+    target whose eager batch holds ``max_running_requests`` requests. The model runner
+    is a namespace with the fields that code reads (a real one needs a GPU)."""
+    import torch
+    from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    runner = object.__new__(EagerRunner)
+    runner._eager_max_bs = inputs.max_running_requests
+    runner.model_runner = types.SimpleNamespace(
+        server_args=server_args,
+        is_draft_worker=False,
+        device="cuda",
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            setting("get_spec", "speculative_algorithm", server_args)
+        ),
+        decode_num_tokens_per_req=lambda: inputs.speculative_num_draft_tokens,
+        model_config=mc,
+        attn_backend=types.SimpleNamespace(get_cuda_graph_seq_len_fill_value=lambda: 1),
+        ngram_embedding_manager=types.SimpleNamespace(enabled=False, table=None),
+        get_pp_proxy_topk_size=lambda: None,
+        get_pp_proxy_residual_num_blocks=lambda: None,
+    )
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        buffers, _ = runner._autotune_buffers()
+    storages = {}
+    for name in dir(buffers):
+        value = getattr(buffers, name, None) if not name.startswith("__") else None
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            storages[storage._cdata] = storage.nbytes()
+    return sum(storages.values())
+
+
+def warmup(inputs: Inputs, mc) -> dict:
+    """Per role: transient warmup buffers, upstream vs plugin."""
+    rows = {}
+    for role in ROLES:
+        with published(**server_fields(inputs, role)) as server_args:
+            with upstream_behaviour():
+                upstream = autotune_buffer_bytes(mc, server_args, inputs)
+            plugin = autotune_buffer_bytes(mc, server_args, inputs)
+        rows[role] = {
+            "upstream": {"autotune_buffers_bytes": upstream},
+            "plugin": {"autotune_buffers_bytes": plugin},
+        }
+    return rows
+
+
 def run(inputs: Inputs) -> dict:
     """The census: roles -> upstream/plugin -> components, verify-only and total bytes."""
     import sglang
@@ -424,6 +476,7 @@ def run(inputs: Inputs) -> dict:
                 "upstream": summarize(component_bytes(upstream)),
                 "plugin": summarize(component_bytes(plugin)),
             }
+        warmup_rows = warmup(inputs, mc)
         capacity_rows = capacity(inputs, mc, layers) if inputs.available_gib else None
     result = {
         "sglang_version": sglang.__version__,
@@ -439,6 +492,7 @@ def run(inputs: Inputs) -> dict:
             "context_length": mc.context_len,
         },
         "roles": roles,
+        "warmup": warmup_rows,
     }
     if capacity_rows is not None:
         result["inputs"]["available_gib"] = inputs.available_gib

@@ -161,6 +161,15 @@ def render_table(result: dict) -> str:
     )
     lines.append(f"{'given back by plugin':{width}}{given_back}")
 
+    warm = result.get("warmup")
+    if warm:
+        cells = "".join(
+            f"{_fmt_gib(w['upstream']['autotune_buffers_bytes']):>12}"
+            f"{_fmt_gib(w['plugin']['autotune_buffers_bytes']):>12}"
+            for w in warm.values()
+        )
+        lines += ["", "Warmup, transient (released after the warmup forward)", f"{'autotune buffers':{width}}{cells}"]
+
     capacity = result.get("capacity")
     if capacity:
         lines += [

@@ -1,0 +1,78 @@
+"""Verify-only bytes per prefill rank for every bundled model at TP 1/2/4/8, with the
+census's own run time (median of several runs; SGLang's import timed separately).
+
+    python benchmark/census.py [--runs 5] [--max-running-requests 256] [--draft-tokens 4]
+
+Run it with the venv's python (``~/.cache/sglang-pd-lean/sglang-<version>/bin/python``).
+Times come from one process on a shared machine: compare them within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+import warnings
+
+GIB = 1 << 30
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--max-running-requests", type=int, default=256)
+    parser.add_argument("--draft-tokens", type=int, default=4)
+    args = parser.parse_args()
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    start = time.perf_counter()
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    import sglang
+
+    from sglang_pd_lean import census
+
+    import_s = time.perf_counter() - start
+    print(f"SGLang {sglang.__version__}: import + load_plugins {import_s:.2f} s")
+    print(
+        f"{args.max_running_requests} running requests, {args.draft_tokens} draft tokens, "
+        f"3 mamba slots per request; median of {args.runs} census runs"
+    )
+    header = (
+        f"{'model':22}{'TP':>4}{'prefill upstream GiB':>22}{'prefill plugin GiB':>20}"
+        f"{'decode GiB':>12}{'census ms':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for model in census.bundled_models():
+        for tp in (1, 2, 4, 8):
+            inputs = census.Inputs(
+                model=model,
+                tp=tp,
+                max_running_requests=args.max_running_requests,
+                speculative_num_draft_tokens=args.draft_tokens,
+            )
+            times = []
+            try:
+                for _ in range(args.runs):
+                    tic = time.perf_counter()
+                    result = census.run(inputs)
+                    times.append(time.perf_counter() - tic)
+            except census.CensusError as exc:
+                print(f"{model:22}{tp:>4}  n/a: {exc}")
+                continue
+            roles = result["roles"]
+            print(
+                f"{model:22}{tp:>4}"
+                f"{roles['prefill']['upstream']['verify_only_bytes'] / GIB:>22.2f}"
+                f"{roles['prefill']['plugin']['verify_only_bytes'] / GIB:>20.2f}"
+                f"{roles['decode']['plugin']['verify_only_bytes'] / GIB:>12.2f}"
+                f"{statistics.median(times) * 1000:>11.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
