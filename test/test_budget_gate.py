@@ -13,27 +13,44 @@ import pytest
 from conftest import sglang_minor, upstream_has
 
 from sglang_pd_lean import census
-from sglang_pd_lean.role import upstream_behaviour, setting
+from sglang_pd_lean.role import setting, upstream_behaviour
 
 GIB = 1 << 30
 AVAILABLE_GIB = 100.0
-MAMBA_COMPONENTS = ("conv state", "ssm state", "verify ssm snapshots", "verify conv windows", "replayssm rings")
+MAMBA_COMPONENTS = (
+    "conv state",
+    "ssm state",
+    "verify ssm snapshots",
+    "verify conv windows",
+    "replayssm rings",
+)
 BRANCHES = {
     "explicit": dict(max_mamba_cache_size=600),
     "radix_off": dict(disable_radix_cache=True),
     "automatic": dict(),
 }
-LAYOUTS = [("qwen3-next-80b-a3b", 4), ("qwen3.5-397b-a17b", 8), ("kimi-linear-48b-a3b", 2), ("nemotron-h-8b", 2)]
+LAYOUTS = [
+    ("qwen3-next-80b-a3b", 4),
+    ("qwen3.5-397b-a17b", 8),
+    ("kimi-linear-48b-a3b", 2),
+    ("nemotron-h-8b", 2),
+]
 
 
-def size_and_build(model: str, tp: int, role: str, branch: str, *, upstream: bool) -> dict:
+def size_and_build(
+    model: str, tp: int, role: str, branch: str, *, upstream: bool
+) -> dict:
     """Reservation (bytes the budget took for mamba state) and the pool's mamba bytes."""
-    inputs = census.Inputs(model=model, tp=tp, max_running_requests=128, **BRANCHES[branch])
+    inputs = census.Inputs(
+        model=model, tp=tp, max_running_requests=128, **BRANCHES[branch]
+    )
     mc, _ = census.prepare(inputs)
     fields = census.server_fields(inputs, role, sizing=True)
     column = upstream_behaviour() if upstream else contextlib.nullcontext()
     with census.parallel(tp=tp), census.published(**fields) as server_args, column:
-        conf = census.configurator(mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers))
+        conf = census.configurator(
+            mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+        )
         kv_gib = conf._handle_max_mamba_cache(AVAILABLE_GIB)
         slots = setting("get_schedule", "max_mamba_cache_size", server_args)
         requests = conf.resolve_max_num_reqs(10**9)  # the pool's request count
@@ -87,13 +104,19 @@ def test_decode_and_null_budgets_are_upstream_to_the_byte(model, tp, branch, rol
 
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_draft_worker_budget_is_upstream(branch):
-    inputs = census.Inputs(model="qwen3-next-80b-a3b", tp=4, max_running_requests=128, **BRANCHES[branch])
+    inputs = census.Inputs(
+        model="qwen3-next-80b-a3b", tp=4, max_running_requests=128, **BRANCHES[branch]
+    )
     mc, _ = census.prepare(inputs)
     results = []
     for column in (upstream_behaviour(), contextlib.nullcontext()):
         fields = census.server_fields(inputs, "prefill", sizing=True)
         with census.parallel(tp=4), census.published(**fields) as server_args, column:
-            conf = census.configurator(mc, server_args, is_draft_worker=True, layers=(0, mc.num_hidden_layers))
+            conf = census.configurator(
+                mc, server_args, is_draft_worker=True, layers=(0, mc.num_hidden_layers)
+            )
             kv_gib = conf._handle_max_mamba_cache(AVAILABLE_GIB)
-            results.append((kv_gib, setting("get_schedule", "max_mamba_cache_size", server_args)))
+            results.append(
+                (kv_gib, setting("get_schedule", "max_mamba_cache_size", server_args))
+            )
     assert results[0] == results[1]

@@ -7,7 +7,6 @@ import json
 import os
 
 import pytest
-
 from conftest import upstream_has
 
 from sglang_pd_lean import census, cli
@@ -38,7 +37,11 @@ def gdn_expected(name: str, *, tp: int, requests: int, slots: int, draft: int) -
         "conv state": layers * (slots + 1) * conv_dim * (kernel - 1) * BF16,
         "verify ssm snapshots": layers * (requests + 1) * draft * ssm,
         # CUDA + linear draft chain: one shared [dim, D + K - 2] window per slot.
-        "verify conv windows": layers * (requests + 1) * conv_dim * (draft + kernel - 2) * BF16,
+        "verify conv windows": layers
+        * (requests + 1)
+        * conv_dim
+        * (draft + kernel - 2)
+        * BF16,
     }
 
 
@@ -53,7 +56,10 @@ def gdn_expected(name: str, *, tp: int, requests: int, slots: int, draft: int) -
 def test_census_matches_config_formula(model, tp, requests, draft):
     result = census.run(
         census.Inputs(
-            model=model, tp=tp, max_running_requests=requests, speculative_num_draft_tokens=draft
+            model=model,
+            tp=tp,
+            max_running_requests=requests,
+            speculative_num_draft_tokens=draft,
         )
     )
     slots = result["inputs"]["max_mamba_cache_size"]
@@ -76,12 +82,16 @@ def test_qwen35_tp8_prefill_rank_gives_back_the_verify_snapshots():
     """The issue's figure: ~22.6 GiB (24.3 GB) of ssm snapshots per prefill rank."""
     result = census.run(census.Inputs(model="qwen3.5-397b-a17b", tp=8))
     upstream = result["roles"]["null"]["upstream"]["components"]
-    assert upstream["verify ssm snapshots"] == 45 * 257 * 4 * (64 // 8) * 128 * 128 * FP32
+    assert (
+        upstream["verify ssm snapshots"] == 45 * 257 * 4 * (64 // 8) * 128 * 128 * FP32
+    )
     if not upstream_has("pool"):
         prefill = result["roles"]["prefill"]["upstream"]["components"]
         assert prefill["verify ssm snapshots"] == upstream["verify ssm snapshots"]
     plugin = result["roles"]["prefill"]["plugin"]
-    given_back = result["roles"]["prefill"]["upstream"]["total_bytes"] - plugin["total_bytes"]
+    given_back = (
+        result["roles"]["prefill"]["upstream"]["total_bytes"] - plugin["total_bytes"]
+    )
     assert given_back == result["roles"]["prefill"]["upstream"]["verify_only_bytes"]
 
 
@@ -97,24 +107,43 @@ def test_census_ssm_snapshots_match_head_formula(model):
         per_slot = kda["num_heads"] // tp * kda["head_dim"] * kda["head_dim"] * FP32
     else:
         layers = cfg["hybrid_override_pattern"].count("M")
-        per_slot = cfg["mamba_num_heads"] // tp * cfg["mamba_head_dim"] * cfg["ssm_state_size"] * FP32
+        per_slot = (
+            cfg["mamba_num_heads"]
+            // tp
+            * cfg["mamba_head_dim"]
+            * cfg["ssm_state_size"]
+            * FP32
+        )
     result = census.run(
-        census.Inputs(model=model, tp=tp, max_running_requests=requests, speculative_num_draft_tokens=draft)
+        census.Inputs(
+            model=model,
+            tp=tp,
+            max_running_requests=requests,
+            speculative_num_draft_tokens=draft,
+        )
     )
     upstream = result["roles"]["null"]["upstream"]["components"]
-    assert upstream["verify ssm snapshots"] == layers * (requests + 1) * draft * per_slot
+    assert (
+        upstream["verify ssm snapshots"] == layers * (requests + 1) * draft * per_slot
+    )
     assert result["roles"]["prefill"]["plugin"]["verify_only_bytes"] == 0
 
 
 def test_pipeline_parallel_counts_one_stage():
     whole = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4))
     half = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4, pp=2))
-    ssm = lambda r: r["roles"]["decode"]["upstream"]["components"]["ssm state"]  # noqa: E731
+
+    def ssm(result):
+        return result["roles"]["decode"]["upstream"]["components"]["ssm state"]
+
     assert ssm(half) * 2 == ssm(whole)
 
 
 def test_report_json_has_the_documented_shape(capsys):
-    assert cli.main(["report", "--model", "qwen3-next-80b-a3b", "--tp", "4", "--json"]) == 0
+    assert (
+        cli.main(["report", "--model", "qwen3-next-80b-a3b", "--tp", "4", "--json"])
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert {"sglang_version", "model", "inputs", "roles"} <= set(result)
     for role in ("prefill", "decode", "null"):
@@ -126,7 +155,12 @@ def test_report_json_has_the_documented_shape(capsys):
 
 def test_report_table_and_png(tmp_path, capsys):
     png = tmp_path / "census.png"
-    assert cli.main(["report", "--model", "kimi-linear-48b-a3b", "--tp", "2", "--png", str(png)]) == 0
+    assert (
+        cli.main(
+            ["report", "--model", "kimi-linear-48b-a3b", "--tp", "2", "--png", str(png)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "verify ssm snapshots" in out and "given back by plugin" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -135,7 +169,12 @@ def test_report_table_and_png(tmp_path, capsys):
 def test_list_models_lists_the_bundled_configs(capsys):
     assert cli.main(["report", "--list-models"]) == 0
     listed = capsys.readouterr().out.split()
-    assert {"qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "kimi-linear-48b-a3b", "nemotron-h-8b"} <= set(listed)
+    assert {
+        "qwen3-next-80b-a3b",
+        "qwen3.5-397b-a17b",
+        "kimi-linear-48b-a3b",
+        "nemotron-h-8b",
+    } <= set(listed)
 
 
 @pytest.mark.parametrize(
@@ -145,8 +184,14 @@ def test_list_models_lists_the_bundled_configs(capsys):
         (["--config", "/no/such/config.json"], "cannot read config"),
         (["--model", "qwen3-next-80b-a3b", "--tp", "3"], "does not divide"),
         (["--model", "qwen3-next-80b-a3b", "--tp", "0"], "must be positive"),
-        (["--model", "qwen3-next-80b-a3b", "--max-running-requests", "-4"], "must be positive"),
-        (["--model", "qwen3-next-80b-a3b", "--speculative-num-draft-tokens", "0"], "must be positive"),
+        (
+            ["--model", "qwen3-next-80b-a3b", "--max-running-requests", "-4"],
+            "must be positive",
+        ),
+        (
+            ["--model", "qwen3-next-80b-a3b", "--speculative-num-draft-tokens", "0"],
+            "must be positive",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):

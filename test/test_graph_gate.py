@@ -37,7 +37,9 @@ def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
     return types.SimpleNamespace(
         server_args=server_args,
         is_draft_worker=is_draft_worker,
-        spec_algorithm=SpeculativeAlgorithm.from_string(fields.get("speculative_algorithm")),
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            fields.get("speculative_algorithm")
+        ),
         is_generation=True,
         device="cuda",
         gpu_id=0,
@@ -54,7 +56,9 @@ def capture(cuda_graph_setup, role: str, *, speculative: bool, is_draft_worker: 
 
 
 def test_prefill_target_captures_no_verify_graph(device_sentinel):
-    result = capture(device_sentinel, "prefill", speculative=True, is_draft_worker=False)
+    result = capture(
+        device_sentinel, "prefill", speculative=True, is_draft_worker=False
+    )
     assert result.runner is None
     # 0.5.17+ name the phase the capture was for (0.5.16's result has no such field).
     assert getattr(result, "memory_phase", "target_verify") == "target_verify"

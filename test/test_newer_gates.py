@@ -25,11 +25,17 @@ def capture_sentinel(monkeypatch):
     def first_capture_step(*args, **kwargs):
         raise ReachedCapture
 
-    monkeypatch.setattr(eagle_worker_v2, "get_batch_sizes_to_capture", first_capture_step)
+    monkeypatch.setattr(
+        eagle_worker_v2, "get_batch_sizes_to_capture", first_capture_step
+    )
 
 
-def published_prefill_or(role: str, *, speculative: bool = True, decode_backend: bool = True):
-    inputs = census.Inputs(model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS)
+def published_prefill_or(
+    role: str, *, speculative: bool = True, decode_backend: bool = True
+):
+    inputs = census.Inputs(
+        model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS
+    )
     fields = census.server_fields(inputs, role, speculative=speculative)
     if decode_backend:
         # The operator asked for a decode graph backend explicitly.
@@ -77,12 +83,14 @@ def autotune_tokens_per_request(role: str, *, is_draft_worker: bool = False) -> 
         runner.model_runner = types.SimpleNamespace(
             server_args=server_args,
             is_draft_worker=is_draft_worker,
-            spec_algorithm=SpeculativeAlgorithm.from_string(fields["speculative_algorithm"]),
+            spec_algorithm=SpeculativeAlgorithm.from_string(
+                fields["speculative_algorithm"]
+            ),
             decode_num_tokens_per_req=lambda: DRAFT_TOKENS,
         )
         # Upstream's allocator call is the boundary: record the shape asked for.
-        runner._alloc_dummy_decode_buffers = lambda max_bs, *, num_tokens_per_req: asked.append(
-            num_tokens_per_req
+        runner._alloc_dummy_decode_buffers = (
+            lambda max_bs, *, num_tokens_per_req: asked.append(num_tokens_per_req)
         )
         _, batch_size = runner._autotune_buffers()
     assert batch_size == 8
@@ -107,7 +115,8 @@ def test_sglang_refuses_replayssm_spec_on_a_prefill_server():
     flag = (
         "enable_gdn_replayssm_spec"
         if hasattr(server_args_module.ServerArgs, "enable_gdn_replayssm_spec")
-        or "enable_gdn_replayssm_spec" in getattr(server_args_module.ServerArgs, "__dataclass_fields__", {})
+        or "enable_gdn_replayssm_spec"
+        in getattr(server_args_module.ServerArgs, "__dataclass_fields__", {})
         else "enable_linear_replayssm_spec"
     )
     fields[flag] = True
@@ -126,7 +135,11 @@ def test_doctor_reports_replayssm_not_applicable(capsys):
     from sglang_pd_lean import cli
 
     cli.main(["doctor"])
-    line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("replayssm")]
+    line = [
+        row
+        for row in capsys.readouterr().out.splitlines()
+        if row.startswith("replayssm")
+    ]
     assert line and "not applicable" in line[0]
 
 
@@ -136,7 +149,10 @@ def test_report_counts_the_autotune_buffers_the_gate_shrinks():
     result = census.run(inputs)
     warm = result["warmup"]
     vocab = 151936
-    saved = warm["prefill"]["upstream"]["autotune_buffers_bytes"] - warm["prefill"]["plugin"]["autotune_buffers_bytes"]
+    saved = (
+        warm["prefill"]["upstream"]["autotune_buffers_bytes"]
+        - warm["prefill"]["plugin"]["autotune_buffers_bytes"]
+    )
     assert saved >= 64 * (inputs.speculative_num_draft_tokens - 1) * vocab * 4
     for role in ("decode", "null"):
         assert warm[role]["plugin"] == warm[role]["upstream"]

@@ -21,7 +21,6 @@ GATE_TARGETS = {
 
 def expected_gates(version: str) -> set[str]:
     """The gates a release lacks (conftest's oracle, not the plugin's compat code)."""
-    from conftest import upstream_has
 
     return {gate for gate in GATE_TARGETS if not upstream_has(gate)}
 

@@ -16,17 +16,23 @@ from sglang_pd_lean.role import upstream_behaviour
 
 VERIFY_STATE = {"intermediate_ssm", "intermediate_conv_window"}
 MODELS = ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "nemotron-h-8b"]
-CELLS = list(itertools.product(["prefill", "decode", "null"], [True, False], [False, True]))
+CELLS = list(
+    itertools.product(["prefill", "decode", "null"], [True, False], [False, True])
+)
 
 
 def build(model: str, role: str, speculative: bool, is_draft_worker: bool):
     """(plugin build, upstream build) of the request pool for one worker."""
-    inputs = census.Inputs(model=model, tp=2, max_running_requests=8, context_length=512)
+    inputs = census.Inputs(
+        model=model, tp=2, max_running_requests=8, context_length=512
+    )
     mc, linear = census.prepare(inputs)
     fields = census.server_fields(inputs, role, speculative=speculative)
     with census.parallel(tp=inputs.tp), census.published(**fields) as server_args:
         layers = (0, mc.num_hidden_layers)
-        conf = census.configurator(mc, server_args, is_draft_worker=is_draft_worker, layers=layers)
+        conf = census.configurator(
+            mc, server_args, is_draft_worker=is_draft_worker, layers=layers
+        )
         plugin = census.build_request_pool(conf, inputs.max_running_requests)
         with upstream_behaviour():
             upstream = census.build_request_pool(conf, inputs.max_running_requests)

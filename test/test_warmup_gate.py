@@ -56,7 +56,9 @@ def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
     return types.SimpleNamespace(
         server_args=server_args,
         is_draft_worker=is_draft_worker,
-        spec_algorithm=SpeculativeAlgorithm.from_string(fields.get("speculative_algorithm")),
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            fields.get("speculative_algorithm")
+        ),
         is_generation=True,
         device="cpu",
         dtype=torch.bfloat16,
@@ -79,11 +81,15 @@ def dummy_run(role: str, *, speculative: bool = True, is_draft_worker: bool = Fa
     class Probe(BaseRunner):
         can_run_graph = load_batch = execute = None
 
-    inputs = census.Inputs(model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS)
+    inputs = census.Inputs(
+        model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS
+    )
     fields = census.server_fields(inputs, role, speculative=speculative)
     with census.published(**fields) as server_args:
         runner = object.__new__(Probe)
-        runner.model_runner = model_runner(server_args, fields, is_draft_worker=is_draft_worker)
+        runner.model_runner = model_runner(
+            server_args, fields, is_draft_worker=is_draft_worker
+        )
         with pytest.raises(BatchBuilt) as built:
             runner._dummy_run(BATCH, buffers=buffers(BATCH, BATCH * DRAFT_TOKENS))
     batch = built.value.forward_batch

@@ -25,7 +25,8 @@ import os
 import shutil
 import tempfile
 import types
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from sglang_pd_lean.role import setting, upstream_behaviour
 
@@ -60,20 +61,25 @@ class CensusError(ValueError):
 
 @dataclasses.dataclass
 class Inputs:
-    model: Optional[str] = None  # a bundled model name
-    config: Optional[str] = None  # a config.json or a model folder
+    model: str | None = None  # a bundled model name
+    config: str | None = None  # a config.json or a model folder
     tp: int = 1
     pp: int = 1
     max_running_requests: int = 256
-    max_mamba_cache_size: Optional[int] = None  # default: 3 x max_running_requests
+    max_mamba_cache_size: int | None = None  # default: 3 x max_running_requests
     speculative_num_draft_tokens: int = 4
-    mamba_ssm_dtype: Optional[str] = None  # default: the model's
-    context_length: Optional[int] = None  # default: the model's
-    available_gib: Optional[float] = None  # capacity rows: GPU memory left for state + KV
+    mamba_ssm_dtype: str | None = None  # default: the model's
+    context_length: int | None = None  # default: the model's
+    available_gib: float | None = None  # capacity rows: GPU memory left for state + KV
     disable_radix_cache: bool = False
 
     def validate(self) -> None:
-        for name in ("tp", "pp", "max_running_requests", "speculative_num_draft_tokens"):
+        for name in (
+            "tp",
+            "pp",
+            "max_running_requests",
+            "speculative_num_draft_tokens",
+        ):
             if getattr(self, name) <= 0:
                 raise CensusError(f"--{name.replace('_', '-')} must be positive")
         for name in ("max_mamba_cache_size", "context_length", "available_gib"):
@@ -91,13 +97,17 @@ class Inputs:
             return self.max_mamba_cache_size
         from sglang.srt.mem_cache import kv_cache_configurator
 
-        ratio = getattr(kv_cache_configurator, "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO", 3)
+        ratio = getattr(
+            kv_cache_configurator, "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO", 3
+        )
         return ratio * self.max_running_requests
 
 
 def bundled_models() -> list[str]:
     return sorted(
-        name[: -len(".json")] for name in os.listdir(MODELS_DIR) if name.endswith(".json")
+        name[: -len(".json")]
+        for name in os.listdir(MODELS_DIR)
+        if name.endswith(".json")
     )
 
 
@@ -137,7 +147,7 @@ def model_folder(data: dict) -> str:
     return _model_folders[key]
 
 
-def model_config(data: dict, *, context_length: Optional[int]) -> Any:
+def model_config(data: dict, *, context_length: int | None) -> Any:
     """SGLang's own ModelConfig for the config (its config classes and loader)."""
     from sglang.srt.configs.model_config import ModelConfig
 
@@ -169,7 +179,9 @@ def parallel(*, tp: int) -> Iterator[None]:
     """Attention-TP layout of one rank (rank 0) for SGLang's cache-parameter code."""
     from sglang.srt.runtime_context import get_parallel
 
-    with get_parallel().override(tp_size=tp, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0):
+    with get_parallel().override(
+        tp_size=tp, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0
+    ):
         yield
 
 
@@ -234,7 +246,9 @@ def layer_info(start: int, end: int) -> Any:
         )
     except ImportError:
         return types.SimpleNamespace(start_layer=start, end_layer=end)
-    return ModelLayerInfo(start_layer=start, end_layer=end, num_effective_layers=end - start)
+    return ModelLayerInfo(
+        start_layer=start, end_layer=end, num_effective_layers=end - start
+    )
 
 
 def build_request_pool(conf, max_num_reqs: int):
@@ -312,7 +326,9 @@ def summarize(components: dict[str, int]) -> dict:
     }
 
 
-def _stage_layers(num_layers: int, pp: int, linear_layers: list[int]) -> tuple[int, int]:
+def _stage_layers(
+    num_layers: int, pp: int, linear_layers: list[int]
+) -> tuple[int, int]:
     """The pipeline stage holding the most linear-attention layers (it sets the peak)."""
     from sglang.srt.distributed.utils import get_pp_indices
 
@@ -328,7 +344,9 @@ def server_fields(
     fields = dict(
         disaggregation_mode=role,
         max_running_requests=inputs.max_running_requests,
-        max_mamba_cache_size=inputs.max_mamba_cache_size if sizing else inputs.mamba_slots,
+        max_mamba_cache_size=(
+            inputs.max_mamba_cache_size if sizing else inputs.mamba_slots
+        ),
         disable_radix_cache=inputs.disable_radix_cache,
         tp_size=inputs.tp,
         pp_size=inputs.pp,
@@ -343,7 +361,9 @@ def server_fields(
     if role == "decode":
         # Upstream's PD hook defaults this to 0 (2x the batch below 33 requests).
         per_worker = inputs.max_running_requests
-        fields["disaggregation_decode_extra_slots"] = 2 * per_worker if per_worker <= 32 else 0
+        fields["disaggregation_decode_extra_slots"] = (
+            2 * per_worker if per_worker <= 32 else 0
+        )
     if inputs.mamba_ssm_dtype:
         fields["mamba_ssm_dtype"] = inputs.mamba_ssm_dtype
     return fields
@@ -385,8 +405,14 @@ def capacity(inputs: Inputs, mc, layers: tuple[int, int]) -> dict:
         for column in ("upstream", "plugin"):
             fields = server_fields(inputs, role, sizing=True)
             with published(**fields) as server_args:
-                conf = configurator(mc, server_args, is_draft_worker=False, layers=layers)
-                context = upstream_behaviour() if column == "upstream" else contextlib.nullcontext()
+                conf = configurator(
+                    mc, server_args, is_draft_worker=False, layers=layers
+                )
+                context = (
+                    upstream_behaviour()
+                    if column == "upstream"
+                    else contextlib.nullcontext()
+                )
                 with context:
                     sized[column] = size_budget(conf, inputs.available_gib, server_args)
         up, lean = sized["upstream"], sized["plugin"]
@@ -464,11 +490,17 @@ def run(inputs: Inputs) -> dict:
             try:
                 cache_params = linear.mamba2_cache_params
             except (AssertionError, ValueError, ZeroDivisionError) as exc:
-                raise CensusError(f"--tp {inputs.tp} does not fit this model: {exc}") from None
-        layers = _stage_layers(mc.num_hidden_layers, inputs.pp, list(cache_params.layers))
+                raise CensusError(
+                    f"--tp {inputs.tp} does not fit this model: {exc}"
+                ) from None
+        layers = _stage_layers(
+            mc.num_hidden_layers, inputs.pp, list(cache_params.layers)
+        )
         for role in ROLES:
             with published(**server_fields(inputs, role)) as server_args:
-                conf = configurator(mc, server_args, is_draft_worker=False, layers=layers)
+                conf = configurator(
+                    mc, server_args, is_draft_worker=False, layers=layers
+                )
                 with upstream_behaviour():
                     upstream = build_request_pool(conf, inputs.max_running_requests)
                 plugin = build_request_pool(conf, inputs.max_running_requests)
@@ -499,9 +531,11 @@ def run(inputs: Inputs) -> dict:
         result["inputs"]["mamba_sizing"] = (
             "explicit (--max-mamba-cache-size)"
             if inputs.max_mamba_cache_size
-            else "from running requests (radix cache off)"
-            if inputs.disable_radix_cache
-            else "automatic (ratio of the budget)"
+            else (
+                "from running requests (radix cache off)"
+                if inputs.disable_radix_cache
+                else "automatic (ratio of the budget)"
+            )
         )
         result["capacity"] = capacity_rows
     return result
@@ -511,7 +545,12 @@ def check_tp_heads(linear, tp: int) -> None:
     """A TP that does not divide the linear-attention heads gets one clear line."""
     heads = {
         name: getattr(linear, name, None)
-        for name in ("linear_num_value_heads", "linear_num_key_heads", "mamba_num_heads", "n_groups")
+        for name in (
+            "linear_num_value_heads",
+            "linear_num_key_heads",
+            "mamba_num_heads",
+            "n_groups",
+        )
     }
     kda = getattr(linear, "linear_attn_config", None)
     if isinstance(kda, dict):

@@ -17,10 +17,13 @@ import json
 import logging
 import sys
 import warnings
-from typing import Optional
 
 GIB = 1 << 30
-ROLE_TITLES = {"prefill": "prefill target", "decode": "decode target", "null": "unified (null)"}
+ROLE_TITLES = {
+    "prefill": "prefill target",
+    "decode": "decode target",
+    "null": "unified (null)",
+}
 COMPONENT_ORDER = (
     "conv state",
     "ssm state",
@@ -82,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     source = report.add_mutually_exclusive_group()
     source.add_argument("--model", help="a bundled model (see --list-models)")
     source.add_argument("--config", help="a local config.json or model folder")
-    source.add_argument("--list-models", action="store_true", help="list bundled models")
+    source.add_argument(
+        "--list-models", action="store_true", help="list bundled models"
+    )
     report.add_argument("--tp", type=_positive_int, default=1, help="attention TP size")
     report.add_argument("--pp", type=_positive_int, default=1, help="pipeline stages")
     report.add_argument("--max-running-requests", type=_positive_int, default=256)
@@ -94,9 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--speculative-num-draft-tokens", type=_positive_int, default=4)
     report.add_argument(
-        "--mamba-ssm-dtype", choices=["float32", "bfloat16", "float16"], help="ssm state dtype"
+        "--mamba-ssm-dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="ssm state dtype",
     )
-    report.add_argument("--context-length", type=_positive_int, help="default: the model's")
+    report.add_argument(
+        "--context-length", type=_positive_int, help="default: the model's"
+    )
     report.add_argument(
         "--available-gib",
         type=_positive_float,
@@ -111,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--json", action="store_true", help="print one JSON object")
     report.add_argument("--png", metavar="FILE", help="also draw a stacked bar chart")
 
-    sub.add_parser("doctor", help="what the installed SGLang does natively and what we apply")
+    sub.add_parser(
+        "doctor", help="what the installed SGLang does natively and what we apply"
+    )
     return parser
 
 
@@ -132,26 +143,39 @@ def render_table(result: dict) -> str:
         "",
     ]
     roles = result["roles"]
-    names = [c for c in COMPONENT_ORDER if any(c in r[col]["components"] for r in roles.values() for col in r)]
+    names = [
+        c
+        for c in COMPONENT_ORDER
+        if any(c in r[col]["components"] for r in roles.values() for col in r)
+    ]
     others = sorted(
-        {c for r in roles.values() for col in r.values() for c in col["components"]} - set(names)
+        {c for r in roles.values() for col in r.values() for c in col["components"]}
+        - set(names)
     )
     width = 22
     header = f"{'':{width}}" + "".join(f"{ROLE_TITLES[role]:>24}" for role in roles)
-    sub = f"{'component':{width}}" + "".join(f"{'upstream':>12}{'plugin':>12}" for _ in roles)
+    sub = f"{'component':{width}}" + "".join(
+        f"{'upstream':>12}{'plugin':>12}" for _ in roles
+    )
     lines += [header, sub]
 
     def row(label: str, value) -> str:
         cells = "".join(
-            f"{value(r['upstream']):>12}{value(r['plugin']):>12}" for r in roles.values()
+            f"{value(r['upstream']):>12}{value(r['plugin']):>12}"
+            for r in roles.values()
         )
         return f"{label:{width}}{cells}"
 
     for name in names:
-        lines.append(row(name, lambda col, n=name: _fmt_gib(col["components"].get(n, 0))))
+        lines.append(
+            row(name, lambda col, n=name: _fmt_gib(col["components"].get(n, 0)))
+        )
     if others:
         lines.append(
-            row("other bookkeeping", lambda col: _fmt_gib(sum(col["components"].get(n, 0) for n in others)))
+            row(
+                "other bookkeeping",
+                lambda col: _fmt_gib(sum(col["components"].get(n, 0) for n in others)),
+            )
         )
     lines.append(row("total", lambda col: _fmt_gib(col["total_bytes"])))
     lines.append(row("verify-only", lambda col: _fmt_gib(col["verify_only_bytes"])))
@@ -168,7 +192,11 @@ def render_table(result: dict) -> str:
             f"{_fmt_gib(w['plugin']['autotune_buffers_bytes']):>12}"
             for w in warm.values()
         )
-        lines += ["", "Warmup, transient (released after the warmup forward)", f"{'autotune buffers':{width}}{cells}"]
+        lines += [
+            "",
+            "Warmup, transient (released after the warmup forward)",
+            f"{'autotune buffers':{width}}{cells}",
+        ]
 
     capacity = result.get("capacity")
     if capacity:
@@ -185,7 +213,8 @@ def render_table(result: dict) -> str:
             ("mamba slots", "mamba_slots", lambda v: f"{v:,}"),
         ):
             cells = "".join(
-                f"{fmt(c['upstream'][key]):>12}{fmt(c['plugin'][key]):>12}" for c in capacity.values()
+                f"{fmt(c['upstream'][key]):>12}{fmt(c['plugin'][key]):>12}"
+                for c in capacity.values()
             )
             lines.append(f"{label:{width}}{cells}")
         for label, key, fmt in (
@@ -193,7 +222,9 @@ def render_table(result: dict) -> str:
             ("KV tokens ratio", "kv_tokens_ratio", lambda v: f"x{v:.3f}"),
             ("mamba slots ratio", "mamba_slots_ratio", lambda v: f"x{v:.3f}"),
         ):
-            cells = "".join(f"{'':>12}{fmt(c['regained'][key]):>12}" for c in capacity.values())
+            cells = "".join(
+                f"{'':>12}{fmt(c['regained'][key]):>12}" for c in capacity.values()
+            )
             lines.append(f"{label:{width}}{cells}")
     return "\n".join(lines)
 
@@ -207,7 +238,10 @@ def draw_png(result: dict, path: str) -> None:
     roles = result["roles"]
     components = sorted(
         {c for r in roles.values() for col in r.values() for c in col["components"]},
-        key=lambda c: (COMPONENT_ORDER.index(c) if c in COMPONENT_ORDER else len(COMPONENT_ORDER), c),
+        key=lambda c: (
+            COMPONENT_ORDER.index(c) if c in COMPONENT_ORDER else len(COMPONENT_ORDER),
+            c,
+        ),
     )
     labels, columns = [], []
     for role, cols in roles.items():
@@ -219,7 +253,7 @@ def draw_png(result: dict, path: str) -> None:
     for component in components:
         heights = [col.get(component, 0) / GIB for col in columns]
         ax.bar(labels, heights, bottom=bottoms, label=component)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     inputs = result["inputs"]
     ax.set_ylabel("GiB per rank")
     ax.set_title(
@@ -290,7 +324,12 @@ def cmd_doctor(args) -> int:
     )
     plans = compat.plan()
     missing = compat.missing_targets(
-        [hook.target for gate in plans if gate.state == compat.NEEDED for hook in gate.hooks]
+        [
+            hook.target
+            for gate in plans
+            if gate.state == compat.NEEDED
+            for hook in gate.hooks
+        ]
     )
     print(f"{'gate':13}{'state':26}detail")
     for gate in plans:
@@ -302,7 +341,7 @@ def cmd_doctor(args) -> int:
     return 0 if supported and not missing and not unhandled else 1
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sglang_pd_lean.census import CensusError
 

@@ -18,7 +18,6 @@ import inspect
 import os
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Optional
 
 SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
 KILL_SWITCH = "SGLANG_PD_LEAN"
@@ -27,17 +26,19 @@ NEEDED = "applied by the plugin"
 NATIVE = "native upstream"
 NOT_APPLICABLE = "not applicable"
 DISABLED = "disabled by kill switch"
-UNHANDLED = "needed, not handled"  # upstream changed in a way this plugin has no hook for
+UNHANDLED = (
+    "needed, not handled"  # upstream changed in a way this plugin has no hook for
+)
 
 
-def sglang_version() -> Optional[str]:
+def sglang_version() -> str | None:
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def release(version: Optional[str]) -> Optional[str]:
+def release(version: str | None) -> str | None:
     """``0.5.17.post1`` -> ``0.5.17``; None for anything unparsable."""
     if not version:
         return None
@@ -48,12 +49,17 @@ def release(version: Optional[str]) -> Optional[str]:
     return f"{parts[0]}.{parts[1]}.{minor}" if minor else None
 
 
-def is_supported(version: Optional[str]) -> bool:
+def is_supported(version: str | None) -> bool:
     return release(version) in SUPPORTED
 
 
 def kill_switch_on() -> bool:
-    return os.environ.get(KILL_SWITCH, "1").strip().lower() in ("0", "false", "off", "no")
+    return os.environ.get(KILL_SWITCH, "1").strip().lower() in (
+        "0",
+        "false",
+        "off",
+        "no",
+    )
 
 
 def resolve(target: str):
@@ -119,7 +125,7 @@ _NATIVE_MARKERS = {
 }
 
 
-def native_reason(gate: str) -> Optional[str]:
+def native_reason(gate: str) -> str | None:
     """Why upstream already does what ``gate`` does, or None if it does not."""
     if gate not in _NATIVE_MARKERS:
         return None
@@ -157,7 +163,10 @@ def plan() -> list[GatePlan]:
             if reason:
                 state, detail = NOT_APPLICABLE, reason
             elif not gate.hooks():
-                state, detail = UNHANDLED, "this SGLang needs a gate the plugin does not have"
+                state, detail = (
+                    UNHANDLED,
+                    "this SGLang needs a gate the plugin does not have",
+                )
         if disabled and state == NEEDED:
             state, detail = DISABLED, f"{KILL_SWITCH}=0"
         plans.append(GatePlan(gate.NAME, gate.SUMMARY, state, detail, gate.hooks()))

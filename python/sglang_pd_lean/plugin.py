@@ -42,7 +42,9 @@ def register() -> bool:
         return False
 
     plans = compat.plan()
-    hooks = [hook for gate in plans if gate.state == compat.NEEDED for hook in gate.hooks]
+    hooks = [
+        hook for gate in plans if gate.state == compat.NEEDED for hook in gate.hooks
+    ]
     missing = compat.missing_targets([hook.target for hook in hooks])
     if missing:
         logger.warning(

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any
 
 # ServerArgs flags, on any supported release, under which a prefill server keeps its
 # verify state. Missing flags read as off.
@@ -57,9 +58,9 @@ class Worker:
     """What the predicate saw, for gates, logs and the census."""
 
     disaggregation_mode: str
-    speculative_algorithm: Optional[str]
+    speculative_algorithm: str | None
     is_draft_worker: bool
-    keeps_verify_because: Optional[str] = None
+    keeps_verify_because: str | None = None
 
     @property
     def is_speculative_target(self) -> bool:

@@ -10,7 +10,8 @@ of the upstream call (an argument, a temporary attribute) and let upstream work.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 GB = 1 << 30
 

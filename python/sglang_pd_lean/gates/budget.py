@@ -50,7 +50,9 @@ def as_pool_is_built(configurator):
 
 
 def handle_max_mamba_cache(original, configurator, total_rest_memory, *args, **kwargs):
-    worker = judge(configurator.server_args, is_draft_worker=configurator.is_draft_worker)
+    worker = judge(
+        configurator.server_args, is_draft_worker=configurator.is_draft_worker
+    )
     if worker.can_run_target_verify:
         return original(configurator, total_rest_memory, *args, **kwargs)
     upstream_rest = _upstream_result(original, configurator, total_rest_memory)

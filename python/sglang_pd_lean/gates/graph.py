@@ -31,7 +31,9 @@ TARGET = (
 
 def capture_decode_graph(original, *args, **kwargs):
     model_runner = kwargs["model_runner"] if "model_runner" in kwargs else args[0]
-    worker = judge(model_runner.server_args, is_draft_worker=model_runner.is_draft_worker)
+    worker = judge(
+        model_runner.server_args, is_draft_worker=model_runner.is_draft_worker
+    )
     if worker.can_run_target_verify:
         return original(*args, **kwargs)
     result = original(model_runner=ReadThrough(model_runner, is_generation=False))

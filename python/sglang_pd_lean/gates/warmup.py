@@ -30,7 +30,9 @@ _logged = False
 
 def dummy_run(original, runner, *args, **kwargs):
     model_runner = runner.model_runner
-    worker = judge(model_runner.server_args, is_draft_worker=model_runner.is_draft_worker)
+    worker = judge(
+        model_runner.server_args, is_draft_worker=model_runner.is_draft_worker
+    )
     if worker.can_run_target_verify:
         return original(runner, *args, **kwargs)
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
