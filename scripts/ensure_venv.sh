@@ -31,7 +31,7 @@ torch_deps=(torch==2.14.1 torchvision==0.29.1)
 stamp="$venv/.sglang-pd-lean-ready"
 wanted="sglang==$version ${torch_deps[*]} ${lean_deps[*]} ${own_deps[*]}"
 log() { echo "[ensure_venv] $*" >&2; }
-pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -qq)
 
 if [ ! -f "$venv/.sglang-installed" ]; then
   log "creating $venv (SGLang $version, CPU-only; takes a few minutes once)"
@@ -67,6 +67,6 @@ PY
 fi
 
 # Our package, editable, without touching the pinned dependency set.
-"$venv/bin/python" -m pip --disable-pip-version-check -q install --no-deps --no-build-isolation -e "$here" >&2 \
-  || "$venv/bin/python" -m pip --disable-pip-version-check -q install --no-deps -e "$here" >&2
+"$venv/bin/python" -m pip --disable-pip-version-check -qq install --no-deps --no-build-isolation -e "$here" >&2 \
+  || "$venv/bin/python" -m pip --disable-pip-version-check -qq install --no-deps -e "$here" >&2
 echo "$venv"

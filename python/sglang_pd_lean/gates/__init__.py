@@ -54,6 +54,22 @@ def temporarily(owner: Any, **values: Any) -> Iterator[None]:
             setattr(owner, name, value)
 
 
+def no_draft_tokens(server_args: Any) -> ReadThrough:
+    """``server_args`` as a pool builder sees it on a worker with no verify step."""
+    return ReadThrough(
+        server_args,
+        speculative_num_draft_tokens=None,
+        max_speculative_num_draft_tokens=None,
+    )
+
+
+def without_speculation(owner: Any, **values: Any):
+    """``owner.spec_algorithm`` is NONE for the block (plus any other ``values``)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return temporarily(owner, spec_algorithm=SpeculativeAlgorithm.NONE, **values)
+
+
 def all_gates() -> list:
     """Every gate module, in the order the plugin registers them."""
     from sglang_pd_lean.gates import (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang_pd_lean.gates import Hook, temporarily
+from sglang_pd_lean.gates import Hook, without_speculation
 from sglang_pd_lean.role import judge
 
 logger = logging.getLogger(__name__)
@@ -32,13 +32,11 @@ def autotune_buffers(original, runner, *args, **kwargs):
     )
     if worker.can_run_target_verify:
         return original(runner, *args, **kwargs)
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
     logger.info(
         f"[sglang-pd-lean] autotune gate: {worker.describe()} cannot run "
         f"TARGET_VERIFY; autotune buffers sized for 1 token per request"
     )
-    with temporarily(model_runner, spec_algorithm=SpeculativeAlgorithm.NONE):
+    with without_speculation(model_runner):
         return original(runner, *args, **kwargs)
 
 

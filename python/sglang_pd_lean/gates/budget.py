@@ -15,11 +15,10 @@ Leaves alone: decode, null and draft workers (same numbers as upstream, to the b
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
-from sglang_pd_lean.gates import Hook, ReadThrough, temporarily
-from sglang_pd_lean.role import judge
+from sglang_pd_lean.gates import Hook, no_draft_tokens, without_speculation
+from sglang_pd_lean.role import judge, setting
 
 logger = logging.getLogger(__name__)
 
@@ -31,49 +30,37 @@ TARGET = (
 )
 
 
-@contextlib.contextmanager
-def as_pool_is_built(configurator):
-    """The configurator as the pool gate builds the pool: no verify step."""
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    no_draft_tokens = ReadThrough(
-        configurator.server_args,
-        speculative_num_draft_tokens=None,
-        max_speculative_num_draft_tokens=None,
-    )
-    with temporarily(
-        configurator,
-        spec_algorithm=SpeculativeAlgorithm.NONE,
-        server_args=no_draft_tokens,
-    ):
-        yield
-
-
 def handle_max_mamba_cache(original, configurator, total_rest_memory, *args, **kwargs):
     worker = judge(
         configurator.server_args, is_draft_worker=configurator.is_draft_worker
     )
     if worker.can_run_target_verify:
         return original(configurator, total_rest_memory, *args, **kwargs)
-    upstream_rest = _upstream_result(original, configurator, total_rest_memory)
-    with as_pool_is_built(configurator):
+    upstream = _upstream_sizing(original, configurator, total_rest_memory)
+    # Exactly the inputs the pool is built with: no verify step.
+    with without_speculation(
+        configurator, server_args=no_draft_tokens(configurator.server_args)
+    ):
         rest = original(configurator, total_rest_memory, *args, **kwargs)
-    returned = (
-        f"{rest - upstream_rest:.2f} GiB returned to the KV-cache budget"
-        if upstream_rest is not None
-        else "verify-state reservation dropped"
-    )
+    slots = _mamba_slots(configurator)
+    if upstream is None:
+        sizes = f"KV cache {rest:.2f} GB, mamba slots {slots}"
+    else:
+        sizes = (
+            f"KV cache {upstream[0]:.2f} -> {rest:.2f} GB "
+            f"({rest - upstream[0]:+.2f} GB), mamba slots {upstream[1]} -> {slots}"
+        )
     logger.info(
         f"[sglang-pd-lean] budget gate: {worker.describe()} cannot run "
-        f"TARGET_VERIFY; {returned} ({rest:.2f} GiB left for the KV cache, "
-        f"max_mamba_cache_size={_max_mamba_cache_size(configurator)})"
+        f"TARGET_VERIFY; verify-state reservation returned to the budget: {sizes}"
     )
     return rest
 
 
-def _upstream_result(original, configurator, total_rest_memory):
-    """Upstream's answer for the log line, computed in a config snapshot that is
-    restored afterwards (upstream publishes its mamba slot count as it sizes)."""
+def _upstream_sizing(original, configurator, total_rest_memory):
+    """Upstream's (KV GiB, mamba slots) for the log line, sized inside a config
+    snapshot that is restored afterwards (upstream publishes its slot count as it
+    sizes). None on releases without snapshots (0.5.16)."""
     try:
         from sglang.srt.runtime_context import get_context
 
@@ -81,16 +68,12 @@ def _upstream_result(original, configurator, total_rest_memory):
     except (ImportError, AttributeError):
         return None
     with preserve():
-        return original(configurator, total_rest_memory)
+        rest = original(configurator, total_rest_memory)
+        return rest, _mamba_slots(configurator)
 
 
-def _max_mamba_cache_size(configurator):
-    try:
-        from sglang.srt.runtime_context import get_schedule
-
-        return get_schedule().max_mamba_cache_size
-    except (ImportError, AttributeError, ValueError):
-        return configurator.server_args.max_mamba_cache_size
+def _mamba_slots(configurator):
+    return setting("get_schedule", "max_mamba_cache_size", configurator.server_args)
 
 
 def hooks() -> list[Hook]:

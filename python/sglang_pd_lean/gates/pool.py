@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang_pd_lean.gates import GB, Hook, ReadThrough, temporarily
+from sglang_pd_lean.gates import GB, Hook, no_draft_tokens, temporarily
 from sglang_pd_lean.role import judge
 
 logger = logging.getLogger(__name__)
@@ -38,12 +38,7 @@ def build_hybrid_req_pool(original, configurator, *args, **kwargs):
     draft_tokens = getattr(server_args, "max_speculative_num_draft_tokens", None)
     if draft_tokens is None:
         draft_tokens = server_args.speculative_num_draft_tokens
-    no_draft_tokens = ReadThrough(
-        server_args,
-        speculative_num_draft_tokens=None,
-        max_speculative_num_draft_tokens=None,
-    )
-    with temporarily(configurator, server_args=no_draft_tokens):
+    with temporarily(configurator, server_args=no_draft_tokens(server_args)):
         pool = original(configurator, *args, **kwargs)
     skipped = _ssm_snapshot_bytes(pool, draft_tokens)
     logger.info(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from sglang_pd_lean.gates import Hook, temporarily
+from sglang_pd_lean.gates import Hook, without_speculation
 from sglang_pd_lean.role import judge
 
 logger = logging.getLogger(__name__)
@@ -35,8 +35,6 @@ def dummy_run(original, runner, *args, **kwargs):
     )
     if worker.can_run_target_verify:
         return original(runner, *args, **kwargs)
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
     global _logged
     if not _logged:
         _logged = True
@@ -44,7 +42,7 @@ def dummy_run(original, runner, *args, **kwargs):
             f"[sglang-pd-lean] warmup gate: {worker.describe()} cannot run "
             f"TARGET_VERIFY; warmup forward runs in DECODE with 1 token per request"
         )
-    with temporarily(model_runner, spec_algorithm=SpeculativeAlgorithm.NONE):
+    with without_speculation(model_runner):
         return original(runner, *args, **kwargs)
 
 
