@@ -62,7 +62,7 @@ for name in sorted(want - seen):
     print(name)
 PY
 )
-  "${pip[@]}" install "${pinned[@]}" "${own_deps[@]}" "${torch_deps[@]}" >&2
+  "${pip[@]}" install --no-warn-conflicts "${pinned[@]}" "${own_deps[@]}" "${torch_deps[@]}" >&2
   echo "$wanted" > "$stamp"
 fi
 

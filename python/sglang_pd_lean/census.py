@@ -251,8 +251,9 @@ def layer_info(start: int, end: int) -> Any:
     )
 
 
-def build_request_pool(conf, max_num_reqs: int):
-    """Run upstream's request-pool build under FakeTensorMode (no memory used)."""
+def build_request_pool(conf, max_num_reqs: int, *, fake: bool = True):
+    """Run upstream's request-pool build; under FakeTensorMode (no memory used)
+    unless ``fake`` is False (real CUDA allocations, for the GPU check)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # 0.5.23 warms a Triton slot-copy kernel as the pool is built: a launch, not an
@@ -260,7 +261,12 @@ def build_request_pool(conf, max_num_reqs: int):
     saved = os.environ.get(_NO_KERNEL_WARMUP)
     os.environ[_NO_KERNEL_WARMUP] = "1"
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        mode = (
+            FakeTensorMode(allow_non_fake_inputs=True)
+            if fake
+            else contextlib.nullcontext()
+        )
+        with mode:
             return conf._build_req_to_token_pool(max_num_reqs=max_num_reqs)
     finally:
         if saved is None:

@@ -37,7 +37,13 @@ COMPONENT_ORDER = (
 def _quiet_sglang() -> None:
     """No import-time notes about the missing GPU, no start-up INFO logs."""
     warnings.filterwarnings("ignore")
-    for name in ("sglang", "sglang_pd_lean", "transformers", "torch"):
+    for name in (
+        "sglang",
+        "sglang_pd_lean",
+        "transformers",
+        "torch",
+        "torch.utils.cpp_extension",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
