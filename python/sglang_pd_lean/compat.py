@@ -7,8 +7,7 @@
 Supported releases: 0.5.16 to 0.5.23. 0.5.16 and 0.5.17 need every gate; 0.5.18 and
 later gate pool, graph and warmup themselves, 0.5.22 and later size the budget right.
 Whether a fix is native is read from the installed code (the upstream function asks
-about the disaggregation mode itself), with the release number only as a cross-check
-in the doctor's report.
+about the disaggregation mode itself), not from the release number.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import importlib.metadata
 import inspect
 import os
 import pkgutil
+import re
 from dataclasses import dataclass, field
 
 SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
@@ -26,9 +26,8 @@ NEEDED = "applied by the plugin"
 NATIVE = "native upstream"
 NOT_APPLICABLE = "not applicable"
 DISABLED = "disabled by kill switch"
-UNHANDLED = (
-    "needed, not handled"  # upstream changed in a way this plugin has no hook for
-)
+# Upstream changed in a way this plugin has no hook for.
+UNHANDLED = "needed, not handled"
 
 
 def sglang_version() -> str | None:
@@ -40,13 +39,8 @@ def sglang_version() -> str | None:
 
 def release(version: str | None) -> str | None:
     """``0.5.17.post1`` -> ``0.5.17``; None for anything unparsable."""
-    if not version:
-        return None
-    parts = version.split(".")
-    if len(parts) < 3 or not all(p.isdigit() for p in parts[:2]):
-        return None
-    minor = "".join(ch for ch in parts[2] if ch.isdigit())
-    return f"{parts[0]}.{parts[1]}.{minor}" if minor else None
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    return ".".join(match.groups()) if match else None
 
 
 def is_supported(version: str | None) -> bool:
