@@ -53,6 +53,29 @@ def upstream_has(gate: str) -> bool:
     return since is not None and sglang_minor() >= since
 
 
+def stand_in_model_runner(server_args, fields: dict, *, is_draft_worker: bool, **extra):
+    """The fields of a ModelRunner that graph setup and warmup read (a real one needs a
+    GPU and weights), for the worker the published ``fields`` describe."""
+    import types
+
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    draft_tokens = fields.get("speculative_num_draft_tokens") or 1
+    values = dict(
+        server_args=server_args,
+        is_draft_worker=is_draft_worker,
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            fields.get("speculative_algorithm")
+        ),
+        is_generation=True,
+        device="cuda",
+        gpu_id=0,
+        decode_num_tokens_per_req=lambda: draft_tokens,
+    )
+    values.update(extra)
+    return types.SimpleNamespace(**values)
+
+
 def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter of this venv; stdout and stderr captured."""
     full_env = dict(os.environ)

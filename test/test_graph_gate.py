@@ -8,9 +8,8 @@ sentinel: a worker that reaches it was on its way to capture.
 
 from __future__ import annotations
 
-import types
-
 import pytest
+from conftest import stand_in_model_runner
 
 from sglang_pd_lean import census
 
@@ -30,28 +29,13 @@ def device_sentinel(monkeypatch):
     return cuda_graph_setup
 
 
-def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    draft_tokens = fields.get("speculative_num_draft_tokens") or 1
-    return types.SimpleNamespace(
-        server_args=server_args,
-        is_draft_worker=is_draft_worker,
-        spec_algorithm=SpeculativeAlgorithm.from_string(
-            fields.get("speculative_algorithm")
-        ),
-        is_generation=True,
-        device="cuda",
-        gpu_id=0,
-        decode_num_tokens_per_req=lambda: draft_tokens,
-    )
-
-
 def capture(cuda_graph_setup, role: str, *, speculative: bool, is_draft_worker: bool):
     inputs = census.Inputs(model="qwen3-next-80b-a3b")
     fields = census.server_fields(inputs, role, speculative=speculative)
     with census.published(**fields) as server_args:
-        runner = model_runner(server_args, fields, is_draft_worker=is_draft_worker)
+        runner = stand_in_model_runner(
+            server_args, fields, is_draft_worker=is_draft_worker
+        )
         return cuda_graph_setup.capture_decode_graph(model_runner=runner)
 
 

@@ -12,6 +12,7 @@ import types
 
 import pytest
 import torch
+from conftest import stand_in_model_runner
 
 from sglang_pd_lean import census
 
@@ -48,22 +49,16 @@ def buffers(max_bs: int, max_tokens: int):
 
 
 def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
     def prepare_dummy_forward_batch(forward_batch):
         raise BatchBuilt(forward_batch)
 
-    return types.SimpleNamespace(
-        server_args=server_args,
+    return stand_in_model_runner(
+        server_args,
+        fields,
         is_draft_worker=is_draft_worker,
-        spec_algorithm=SpeculativeAlgorithm.from_string(
-            fields.get("speculative_algorithm")
-        ),
-        is_generation=True,
         device="cpu",
         dtype=torch.bfloat16,
         model_config=types.SimpleNamespace(hidden_size=8, is_encoder_decoder=False),
-        decode_num_tokens_per_req=lambda: DRAFT_TOKENS,
         prepare_dummy_forward_batch=prepare_dummy_forward_batch,
         model=types.SimpleNamespace(),
         lora_manager=None,
