@@ -27,12 +27,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-# ServerArgs flags, on any supported release, under which a prefill server keeps its
-# verify state. Missing flags read as off.
+# Settings under which a prefill server keeps its verify state: flag -> (config
+# namespace it is published in, reason). A release without the flag reads it as off
+# (PD role switch exists from 0.5.21, unified memory from 0.5.16).
 _KEEP_VERIFY_FLAGS = {
-    "enable_pd_role_switch": "PD role switch",
-    "enable_role_switch": "PD role switch",
-    "enable_unified_memory": "unified memory pool",
+    "enable_pd_role_switch": ("get_disagg", "PD role switch"),
+    "enable_unified_memory": ("get_memory", "unified memory pool"),
 }
 
 _upstream_only: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -114,8 +114,7 @@ def judge(server_args: Any, *, is_draft_worker: bool) -> Worker:
     mode = setting("get_disagg", "disaggregation_mode", server_args) or "null"
     algorithm = setting("get_spec", "speculative_algorithm", server_args)
     keep = None
-    for flag, reason in _KEEP_VERIFY_FLAGS.items():
-        namespace = "get_memory" if flag == "enable_unified_memory" else "get_disagg"
+    for flag, (namespace, reason) in _KEEP_VERIFY_FLAGS.items():
         if setting(namespace, flag, server_args):
             keep = reason
             break
