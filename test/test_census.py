@@ -226,3 +226,16 @@ def test_unreadable_config_is_refused(tmp_path, capsys):
     (tmp_path / "config.json").write_text("{not json")
     assert cli.main(["report", "--config", str(tmp_path)]) == 2
     assert "cannot read config" in capsys.readouterr().err
+
+
+def test_mamba_ssm_dtype_bfloat16_halves_the_ssm_state_and_snapshots():
+    base = census.Inputs(model="qwen3-next-80b-a3b", tp=4)
+    fp32 = census.run(base)
+    bf16 = census.run(
+        census.Inputs(model="qwen3-next-80b-a3b", tp=4, mamba_ssm_dtype="bfloat16")
+    )
+    assert bf16["inputs"]["mamba_ssm_dtype"] == "bfloat16"
+    for component in ("ssm state", "verify ssm snapshots"):
+        full = fp32["roles"]["null"]["upstream"]["components"][component]
+        half = bf16["roles"]["null"]["upstream"]["components"][component]
+        assert half * 2 == full

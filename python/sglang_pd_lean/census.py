@@ -53,6 +53,7 @@ VERIFY_ONLY = ("verify ssm snapshots", "verify conv windows", "replayssm rings")
 
 
 _NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
+_SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
 
 
 class CensusError(ValueError):
@@ -370,8 +371,6 @@ def server_fields(
         fields["disaggregation_decode_extra_slots"] = (
             2 * per_worker if per_worker <= 32 else 0
         )
-    if inputs.mamba_ssm_dtype:
-        fields["mamba_ssm_dtype"] = inputs.mamba_ssm_dtype
     return fields
 
 
@@ -483,8 +482,31 @@ def warmup(inputs: Inputs, mc) -> dict:
     return rows
 
 
+@contextlib.contextmanager
+def ssm_dtype(dtype: str | None) -> Iterator[None]:
+    """``--mamba-ssm-dtype`` the way SGLang applies it: ServerArgs exports it as
+    ``SGLANG_MAMBA_SSM_DTYPE``, which SGLang's cache parameters read first."""
+    if dtype is None:
+        yield
+        return
+    saved = os.environ.get(_SSM_DTYPE_ENV)
+    os.environ[_SSM_DTYPE_ENV] = dtype
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_SSM_DTYPE_ENV]
+        else:
+            os.environ[_SSM_DTYPE_ENV] = saved
+
+
 def run(inputs: Inputs) -> dict:
     """The census: roles -> upstream/plugin -> components, verify-only and total bytes."""
+    with ssm_dtype(inputs.mamba_ssm_dtype):
+        return _run(inputs)
+
+
+def _run(inputs: Inputs) -> dict:
     import sglang
 
     mc, linear = prepare(inputs)
