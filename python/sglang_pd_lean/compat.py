@@ -12,10 +12,10 @@ about the disaggregation mode itself), not from the release number.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import inspect
 import os
-import pkgutil
 import re
 from dataclasses import dataclass, field
 
@@ -56,11 +56,37 @@ def kill_switch_on() -> bool:
     )
 
 
+def _import_owner(path: str):
+    """The module or class at ``path``. Unlike ``pkgutil.resolve_name``, an error
+    raised while importing an existing module (a missing dependency, a broken
+    import) comes through as that ImportError instead of an AttributeError on the
+    parent package."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            owner = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            # Only "this module does not exist" moves on to a shorter prefix.
+            if exc.name is not None and module_name.startswith(exc.name):
+                continue
+            raise ImportError(f"importing {module_name} failed: {exc}") from exc
+        except Exception as exc:
+            raise ImportError(
+                f"importing {module_name} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        for attr in parts[cut:]:
+            owner = getattr(owner, attr)
+        return owner
+    raise ImportError(f"no module named {parts[0]!r}")
+
+
 def resolve(target: str):
     """The object HookRegistry would patch; AttributeError where the module or class
-    no longer defines it itself (an inherited method is not the code we hook)."""
+    no longer defines it itself (an inherited method is not the code we hook),
+    ImportError naming the real cause where its module cannot be imported."""
     owner_path, attr = target.rsplit(".", 1)
-    owner = pkgutil.resolve_name(owner_path)
+    owner = _import_owner(owner_path)
     if isinstance(owner, type) and attr not in vars(owner):
         raise AttributeError(f"{owner.__name__} no longer defines {attr}")
     return getattr(owner, attr)
@@ -83,52 +109,24 @@ def source_of(target: str) -> str:
         return ""
 
 
-# Each native fix shows in the code upstream runs: from 0.5.18 the pool, graph and
-# warmup functions ask the disaggregation mode themselves; from 0.5.22 the mamba
-# budget asks the pool's own "does a PD prefill skip the spec state?" helper. No
-# release up to 0.5.23 asks it in the draft-graph capture or the autotune sizing.
-# A gate is native when its upstream function carries one of these markers.
-_NATIVE_MARKERS = {
-    "pool": (
-        "sglang.srt.mem_cache.kv_cache_configurator."
-        "KVCacheConfigurator._build_hybrid_req_pool",
-        ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state"),
-    ),
-    "graph": (
-        "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
-        "capture_decode_graph",
-        ("disaggregation_mode",),
-    ),
-    "warmup": (
-        "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",
-        ("disaggregation_mode", "_is_pd_prefill_target"),
-    ),
-    "budget": (
-        "sglang.srt.mem_cache.kv_cache_configurator."
-        "KVCacheConfigurator._handle_max_mamba_cache",
-        ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode"),
-    ),
-    "draft_graph": (
-        "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
-        ("disaggregation_mode",),
-    ),
-    "autotune": (
-        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
-        ("disaggregation_mode", "_is_pd_prefill_target"),
-    ),
-}
+def native_reason(gate) -> str | None:
+    """Why upstream already does what ``gate`` (a gate module or its name) does, or
+    None. A gate is native when the upstream function it hooks carries one of the
+    gate's ``NATIVE_MARKERS`` (from 0.5.18 pool, graph and warmup ask the
+    disaggregation mode themselves, from 0.5.22 the budget asks the pool's own
+    helper; a patched SGLang from ``patches/`` carries them too)."""
+    if isinstance(gate, str):
+        from sglang_pd_lean.gates import all_gates
 
-
-def native_reason(gate: str) -> str | None:
-    """Why upstream already does what ``gate`` does, or None if it does not."""
-    if gate not in _NATIVE_MARKERS:
+        gate = next((g for g in all_gates() if g.NAME == gate), None)
+    markers = getattr(gate, "NATIVE_MARKERS", ())
+    if not markers:
         return None
-    target, markers = _NATIVE_MARKERS[gate]
-    source = source_of(target)
+    source = source_of(gate.TARGET)
     found = [marker for marker in markers if marker in source]
     if not found:
         return None
-    return f"upstream {target.rsplit('.', 1)[-1]}() checks {found[0]}"
+    return f"upstream {gate.TARGET.rsplit('.', 1)[-1]}() checks {found[0]}"
 
 
 @dataclass
@@ -147,7 +145,7 @@ def plan() -> list[GatePlan]:
     disabled = kill_switch_on()
     plans = []
     for gate in all_gates():
-        native = gate.native()
+        native = native_reason(gate)
         if native:
             state, detail = NATIVE, native
         else:

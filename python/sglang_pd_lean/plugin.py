@@ -57,10 +57,25 @@ def register() -> bool:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from sglang_pd_lean import record
+
     for hook in hooks:
         HookRegistry.register(hook.target, hook.fn, HookType[hook.hook_type])
-    logger.info(
-        f"[sglang-pd-lean] SGLang {version}: "
-        + ", ".join(f"{gate.name} gate {gate.state}" for gate in plans)
+    summary = f"[sglang-pd-lean] SGLang {version}: " + ", ".join(
+        f"{gate.name} gate {gate.state}" for gate in plans
     )
+    record.registered(version, {gate.name: gate.state for gate in plans}, summary)
+    reporting = record.hooks()
+    unreachable = compat.missing_targets([hook.target for hook in reporting])
+    if unreachable:
+        logger.warning(
+            f"[sglang-pd-lean] no /server_info record: SGLang {version} lacks "
+            f"{'; '.join(unreachable)}; the gates apply all the same"
+        )
+    else:
+        for hook in reporting:
+            HookRegistry.register(hook.target, hook.fn, HookType[hook.hook_type])
+    # This process's logging may not be configured yet; a scheduler repeats the
+    # summary once SGLang has configured it (record.announce).
+    logger.info(summary)
     return True

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # Settings under which a prefill server keeps its verify state: flag -> (config
 # namespace it is published in, reason). A release without the flag reads it as off
@@ -126,3 +129,25 @@ def judge(server_args: Any, *, is_draft_worker: bool) -> Worker:
         is_draft_worker=bool(is_draft_worker),
         keeps_verify_because=keep,
     )
+
+
+def judge_owner(owner: Any, *, is_draft_worker: bool | None = None) -> Worker:
+    """``judge()`` for the object a hooked upstream function received (a model
+    runner, a configurator, a draft worker): its ``server_args`` and, unless given,
+    its ``is_draft_worker``. A caller that built ``owner`` with only what upstream
+    reads (upstream's own unit tests do) may lack either: such a worker cannot be
+    judged and keeps upstream's behaviour, with one DEBUG line. Never raises."""
+    try:
+        server_args = owner.server_args
+        if is_draft_worker is None:
+            is_draft_worker = owner.is_draft_worker
+        return judge(server_args, is_draft_worker=is_draft_worker)
+    except Exception as exc:  # if in doubt, keep the bytes
+        reason = f"cannot be judged ({type(exc).__name__}: {exc})"
+        logger.debug(
+            f"[sglang-pd-lean] {type(owner).__name__} {reason}; upstream behaviour "
+            f"(if in doubt, keep the bytes)"
+        )
+        return Worker(
+            "unknown", None, bool(is_draft_worker), keeps_verify_because=reason
+        )

@@ -1,9 +1,11 @@
 """The gates: each removes one verify-only piece from a worker that cannot verify.
 
 A gate is a module with ``NAME``, ``SUMMARY``, ``hooks()`` (the ``HookRegistry``
-registrations it needs), ``native()`` (why upstream already does its job, or None)
-and, optionally, ``applicable()`` (why it does not apply to this SGLang, or None). ``compat`` picks the gates an installed SGLang needs; ``plugin`` registers
-their hooks. Hooks never copy upstream code: they change the inputs or the context
+registrations it needs) and, optionally, ``TARGET`` with ``NATIVE_MARKERS`` (strings
+whose presence in the hooked upstream function means upstream does the job itself)
+and ``applicable()`` (why it does not apply to this SGLang, or None). ``compat``
+picks the gates an installed SGLang needs; ``plugin`` registers their hooks; each
+gate files what it did on a rank with ``record``. Hooks never copy upstream code: they change the inputs or the context
 of the upstream call (an argument, a temporary attribute) and let upstream work.
 """
 

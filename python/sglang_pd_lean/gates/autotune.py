@@ -15,23 +15,26 @@ from __future__ import annotations
 
 import logging
 
+from sglang_pd_lean import record
 from sglang_pd_lean.gates import Hook, without_speculation
-from sglang_pd_lean.role import judge
+from sglang_pd_lean.role import judge_owner
 
 logger = logging.getLogger(__name__)
 
 NAME = "autotune"
 SUMMARY = "warmup autotune buffers sized 1 token/request on a prefill target"
 TARGET = "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers"
+# Upstream does this itself when TARGET's source asks one of these (compat).
+NATIVE_MARKERS = ("disaggregation_mode", "_is_pd_prefill_target")
 
 
 def autotune_buffers(original, runner, *args, **kwargs):
-    model_runner = runner.model_runner
-    worker = judge(
-        model_runner.server_args, is_draft_worker=model_runner.is_draft_worker
-    )
+    model_runner = getattr(runner, "model_runner", None)
+    worker = judge_owner(model_runner)
     if worker.can_run_target_verify:
+        record.stepped_aside(NAME)
         return original(runner, *args, **kwargs)
+    record.acted(NAME)
     logger.info(
         f"[sglang-pd-lean] autotune gate: {worker.describe()} cannot run "
         f"TARGET_VERIFY; autotune buffers sized for 1 token per request"
@@ -42,9 +45,3 @@ def autotune_buffers(original, runner, *args, **kwargs):
 
 def hooks() -> list[Hook]:
     return [Hook(TARGET, autotune_buffers, "AROUND")]
-
-
-def native() -> str | None:
-    from sglang_pd_lean import compat
-
-    return compat.native_reason(NAME)

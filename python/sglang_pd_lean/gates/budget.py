@@ -10,15 +10,22 @@ verify, the hook runs upstream's sizing with the worker's ``spec_algorithm`` set
 NONE and a ``server_args`` view without a draft-token count, exactly the inputs the
 pool is built with, so the reservation equals the allocation. Persistent mamba state
 stays charged. Applies to SGLang 0.5.16 to 0.5.21; 0.5.22+ does this natively.
-Leaves alone: decode, null and draft workers (same numbers as upstream, to the byte).
+What the returned share buys depends on SGLang's sizing: with the radix cache on and
+no ``--max-mamba-cache-size``, SGLang splits the budget between mamba slots and KV
+by a ratio, so the freed bytes buy more mamba slots and the KV cache may shrink;
+with the radix cache off or a fixed slot count, the KV cache grows. The INFO line
+and ``/server_info`` give both sizings (KV bytes, KV tokens, mamba slots) as this
+rank computed them. Leaves alone: decode, null and draft workers (same numbers as upstream, to the byte).
 """
 
 from __future__ import annotations
 
 import logging
 
+from sglang_pd_lean import record
 from sglang_pd_lean.gates import Hook, no_draft_tokens, without_speculation
-from sglang_pd_lean.role import judge, setting
+from sglang_pd_lean.role import judge_owner, setting
+from sglang_pd_lean.units import GIB, human_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -28,13 +35,14 @@ TARGET = (
     "sglang.srt.mem_cache.kv_cache_configurator."
     "KVCacheConfigurator._handle_max_mamba_cache"
 )
+# Upstream does this itself when TARGET's source asks one of these (compat).
+NATIVE_MARKERS = ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode")
 
 
 def handle_max_mamba_cache(original, configurator, total_rest_memory, *args, **kwargs):
-    worker = judge(
-        configurator.server_args, is_draft_worker=configurator.is_draft_worker
-    )
+    worker = judge_owner(configurator)
     if worker.can_run_target_verify:
+        record.stepped_aside(NAME)
         return original(configurator, total_rest_memory, *args, **kwargs)
     upstream = _upstream_sizing(original, configurator, total_rest_memory)
     # Exactly the inputs the pool is built with: no verify step.
@@ -42,45 +50,68 @@ def handle_max_mamba_cache(original, configurator, total_rest_memory, *args, **k
         configurator, server_args=no_draft_tokens(configurator.server_args)
     ):
         rest = original(configurator, total_rest_memory, *args, **kwargs)
-    slots = _mamba_slots(configurator)
-    if upstream is None:
-        sizes = f"KV cache {rest:.2f} GB, mamba slots {slots}"
-    else:
-        sizes = (
-            f"KV cache {upstream[0]:.2f} -> {rest:.2f} GB "
-            f"({rest - upstream[0]:+.2f} GB), mamba slots {upstream[1]} -> {slots}"
-        )
+    # KV tokens as SGLang will compute them, with the worker's real (draft-inclusive)
+    # per-token layout.
+    plugin = _sizing(configurator, rest)
+    record.acted(NAME)
+    record.budget(total_rest_memory, upstream, plugin)
     logger.info(
         f"[sglang-pd-lean] budget gate: {worker.describe()} cannot run "
-        f"TARGET_VERIFY; verify-state reservation returned to the budget: {sizes}"
+        f"TARGET_VERIFY; no verify-state reservation: {_outcome(upstream, plugin)}"
     )
     return rest
 
 
-def _upstream_sizing(original, configurator, total_rest_memory):
-    """Upstream's (KV GiB, mamba slots) for the log line, sized inside a config
-    snapshot that is restored afterwards (upstream publishes its slot count as it
-    sizes). None on releases without snapshots (0.5.16)."""
+def _sizing(configurator, rest_gib) -> dict:
+    """KV bytes, KV tokens and mamba slots of a sizing, as SGLang turns the KV budget
+    into tokens (``config_from_budget``); a figure that cannot be computed is None."""
+    kv_bytes = int(rest_gib * GIB)
+    try:
+        tokens = configurator.config_from_budget(kv_bytes).max_total_num_tokens
+    except Exception as exc:  # a log figure never breaks a start-up
+        logger.debug(f"[sglang-pd-lean] budget gate: KV tokens not computed: {exc!r}")
+        tokens = None
+    slots = setting("get_schedule", "max_mamba_cache_size", configurator.server_args)
+    return {"kv_bytes": kv_bytes, "kv_tokens": tokens, "mamba_slots": slots}
+
+
+def _upstream_sizing(original, configurator, total_rest_memory) -> dict | None:
+    """Upstream's sizing, computed inside a config snapshot that is restored
+    afterwards (upstream publishes its slot count as it sizes). None on releases
+    without snapshots (0.5.16) or where upstream's own sizing fails."""
     try:
         from sglang.srt.runtime_context import get_context
 
         preserve = get_context().preserve_config
     except (ImportError, AttributeError):
         return None
-    with preserve():
-        rest = original(configurator, total_rest_memory)
-        return rest, _mamba_slots(configurator)
+    try:
+        with preserve():
+            return _sizing(configurator, original(configurator, total_rest_memory))
+    except Exception as exc:  # upstream would not fit: report, never raise
+        logger.debug(f"[sglang-pd-lean] budget gate: upstream sizing: {exc!r}")
+        return None
 
 
-def _mamba_slots(configurator):
-    return setting("get_schedule", "max_mamba_cache_size", configurator.server_args)
+def _outcome(upstream: dict | None, plugin: dict) -> str:
+    """What the returned reservation bought, in words an operator checks."""
+    kv, slots = plugin["kv_bytes"], plugin["mamba_slots"]
+    if upstream is None:
+        return f"KV cache {human_bytes(kv)}, mamba slots {slots}"
+    kv_before, slots_before = upstream["kv_bytes"], upstream["mamba_slots"]
+    text = (
+        f"KV cache {human_bytes(kv_before)} -> {human_bytes(kv)}, "
+        f"mamba slots {slots_before} -> {slots}"
+    )
+    if slots != slots_before and kv < kv_before:
+        return (
+            f"{text} (SGLang's automatic split spent the freed bytes on mamba "
+            f"slots; the KV cache shrank by {human_bytes(kv_before - kv)})"
+        )
+    if kv >= kv_before:
+        return f"{text} ({human_bytes(kv - kv_before)} more KV cache)"
+    return f"{text} ({human_bytes(kv_before - kv)} less KV cache)"
 
 
 def hooks() -> list[Hook]:
     return [Hook(TARGET, handle_max_mamba_cache, "AROUND")]
-
-
-def native() -> str | None:
-    from sglang_pd_lean import compat
-
-    return compat.native_reason(NAME)

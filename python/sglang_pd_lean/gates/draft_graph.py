@@ -17,23 +17,28 @@ from __future__ import annotations
 
 import logging
 
+from sglang_pd_lean import record
 from sglang_pd_lean.gates import Hook
-from sglang_pd_lean.role import judge
+from sglang_pd_lean.role import judge_owner
 
 logger = logging.getLogger(__name__)
 
 NAME = "draft_graph"
 SUMMARY = "no draft decode / draft-extend CUDA graphs on a prefill server"
 TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs"
+# Upstream does this itself when TARGET's source asks one of these (compat).
+NATIVE_MARKERS = ("disaggregation_mode",)
 
 
 def capture_cuda_graphs(original, draft_worker, *args, **kwargs):
     # Asked about the target: the draft's graphs replay only after a target verify.
-    server = judge(draft_worker.server_args, is_draft_worker=False)
+    server = judge_owner(draft_worker, is_draft_worker=False)
     if server.can_run_target_verify:
+        record.stepped_aside(NAME)
         return original(draft_worker, *args, **kwargs)
     draft_worker.cuda_graph_runner = None
     draft_worker.cuda_graph_runner_for_draft_extend = None
+    record.acted(NAME)
     logger.info(
         f"[sglang-pd-lean] draft_graph gate: {server.describe()} cannot run "
         f"TARGET_VERIFY; skipped the draft decode and draft-extend graph captures"
@@ -43,9 +48,3 @@ def capture_cuda_graphs(original, draft_worker, *args, **kwargs):
 
 def hooks() -> list[Hook]:
     return [Hook(TARGET, capture_cuda_graphs, "AROUND")]
-
-
-def native() -> str | None:
-    from sglang_pd_lean import compat
-
-    return compat.native_reason(NAME)

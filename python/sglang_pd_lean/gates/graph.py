@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 
+from sglang_pd_lean import record
 from sglang_pd_lean.gates import Hook, ReadThrough
-from sglang_pd_lean.role import judge
+from sglang_pd_lean.role import judge_owner
 
 logger = logging.getLogger(__name__)
 
@@ -27,16 +28,18 @@ TARGET = (
     "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
     "capture_decode_graph"
 )
+# Upstream does this itself when TARGET's source asks one of these (compat).
+NATIVE_MARKERS = ("disaggregation_mode",)
 
 
 def capture_decode_graph(original, *args, **kwargs):
-    model_runner = kwargs["model_runner"] if "model_runner" in kwargs else args[0]
-    worker = judge(
-        model_runner.server_args, is_draft_worker=model_runner.is_draft_worker
-    )
+    model_runner = kwargs.get("model_runner", args[0] if args else None)
+    worker = judge_owner(model_runner)
     if worker.can_run_target_verify:
+        record.stepped_aside(NAME)
         return original(*args, **kwargs)
     result = original(model_runner=ReadThrough(model_runner, is_generation=False))
+    record.acted(NAME)
     logger.info(
         f"[sglang-pd-lean] graph gate: {worker.describe()} cannot run TARGET_VERIFY; "
         f"skipped the target-verify graph capture"
@@ -46,9 +49,3 @@ def capture_decode_graph(original, *args, **kwargs):
 
 def hooks() -> list[Hook]:
     return [Hook(TARGET, capture_decode_graph, "AROUND")]
-
-
-def native() -> str | None:
-    from sglang_pd_lean import compat
-
-    return compat.native_reason(NAME)

@@ -9,16 +9,22 @@ count to ``HybridReqToTokenPool`` -> ``MambaPool``, which then allocates
 pool from a ``server_args`` view whose draft-token count is None, so ``MambaPool``
 builds its plain ``State``. Persistent conv/ssm state (handed to the decode server)
 is untouched. Applies to SGLang 0.5.16 and 0.5.17; 0.5.18+ does this natively.
-Leaves alone: decode pools (``_build_hybrid_mamba_decode_req_pool``), unified-memory
+The bytes not allocated are measured, not re-derived: upstream's own build of the
+pool it would have made runs once more under ``FakeTensorMode`` (no memory, its
+allocation log line muted) and the census counts its verify-only tensors; best
+effort, a failure there only loses the figure. Leaves alone: decode pools (``_build_hybrid_mamba_decode_req_pool``), unified-memory
 pools, draft workers (they share the target's pool) and ReplaySSM rings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
-from sglang_pd_lean.gates import GB, Hook, no_draft_tokens, temporarily
-from sglang_pd_lean.role import judge
+from sglang_pd_lean import record
+from sglang_pd_lean.gates import Hook, no_draft_tokens, temporarily
+from sglang_pd_lean.role import judge_owner
+from sglang_pd_lean.units import human_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -28,41 +34,57 @@ TARGET = (
     "sglang.srt.mem_cache.kv_cache_configurator."
     "KVCacheConfigurator._build_hybrid_req_pool"
 )
+# Upstream does this itself when TARGET's source asks one of these (compat).
+NATIVE_MARKERS = ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state")
+# SGLang's logger of the pool constructors, muted while the phantom pool is measured.
+_POOL_LOGGER = "sglang.srt.mem_cache.memory_pool"
 
 
 def build_hybrid_req_pool(original, configurator, *args, **kwargs):
-    server_args = configurator.server_args
-    worker = judge(server_args, is_draft_worker=configurator.is_draft_worker)
+    worker = judge_owner(configurator)
     if worker.can_run_target_verify:
+        record.stepped_aside(NAME)
         return original(configurator, *args, **kwargs)
-    draft_tokens = getattr(server_args, "max_speculative_num_draft_tokens", None)
-    if draft_tokens is None:
-        draft_tokens = server_args.speculative_num_draft_tokens
+    server_args = configurator.server_args
+    not_allocated = verify_state_bytes(original, configurator, *args, **kwargs)
     with temporarily(configurator, server_args=no_draft_tokens(server_args)):
         pool = original(configurator, *args, **kwargs)
-    skipped = _ssm_snapshot_bytes(pool, draft_tokens)
+    record.acted(NAME, **not_allocated)
+    figures = ", ".join(
+        f"{human_bytes(nbytes)} of {component}"
+        for component, nbytes in not_allocated.items()
+    )
     logger.info(
         f"[sglang-pd-lean] pool gate: {worker.describe()} cannot run TARGET_VERIFY; "
-        f"built MambaPool without SpeculativeState ({draft_tokens} draft tokens): "
-        f"{skipped / GB:.2f} GB of intermediate ssm snapshots (plus conv windows) "
-        f"not allocated"
+        f"built MambaPool without SpeculativeState: "
+        f"{figures or 'verify state'} not allocated"
     )
     return pool
 
 
-def _ssm_snapshot_bytes(pool, draft_tokens: int) -> int:
-    """Bytes upstream's intermediate ssm snapshots would hold: one temporal state per
-    draft token for each request slot (``max_num_reqs + 1``, the padding slot too)."""
-    temporal = pool.mamba_pool.mamba_cache.temporal
-    per_slot = temporal.numel() // temporal.shape[1] * temporal.element_size()
-    return per_slot * (pool.size + 1) * int(draft_tokens)
+def verify_state_bytes(original, configurator, *args, **kwargs) -> dict[str, int]:
+    """Bytes of each verify-only component in the pool upstream would build here,
+    counted on a ``FakeTensorMode`` build; {} where that cannot be measured."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from sglang_pd_lean import census
+
+        pool_logger = logging.getLogger(_POOL_LOGGER)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(temporarily(pool_logger, disabled=True))
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            phantom = original(configurator, *args, **kwargs)
+        components = census.component_bytes(phantom)
+        return {
+            name: components[name]
+            for name in census.VERIFY_ONLY
+            if components.get(name)
+        }
+    except Exception as exc:  # a log figure never breaks a start-up
+        logger.debug(f"[sglang-pd-lean] pool gate: verify state not measured: {exc!r}")
+        return {}
 
 
 def hooks() -> list[Hook]:
     return [Hook(TARGET, build_hybrid_req_pool, "AROUND")]
-
-
-def native() -> str | None:
-    from sglang_pd_lean import compat
-
-    return compat.native_reason(NAME)

@@ -31,10 +31,6 @@ def hooks() -> list[Hook]:
     return []
 
 
-def native() -> str | None:
-    return None
-
-
 def applicable() -> str | None:
     """Why this gate does not apply, or None if the installed SGLang would need it."""
     from sglang_pd_lean import compat

@@ -16,25 +16,28 @@ from __future__ import annotations
 
 import logging
 
+from sglang_pd_lean import record
 from sglang_pd_lean.gates import Hook, without_speculation
-from sglang_pd_lean.role import judge
+from sglang_pd_lean.role import judge_owner
 
 logger = logging.getLogger(__name__)
 
 NAME = "warmup"
 SUMMARY = "warmup dummy forward in DECODE, 1 token/request on a prefill target"
 TARGET = "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run"
+# Upstream does this itself when TARGET's source asks one of these (compat).
+NATIVE_MARKERS = ("disaggregation_mode", "_is_pd_prefill_target")
 
 _logged = False
 
 
 def dummy_run(original, runner, *args, **kwargs):
-    model_runner = runner.model_runner
-    worker = judge(
-        model_runner.server_args, is_draft_worker=model_runner.is_draft_worker
-    )
+    model_runner = getattr(runner, "model_runner", None)
+    worker = judge_owner(model_runner)
     if worker.can_run_target_verify:
+        record.stepped_aside(NAME)
         return original(runner, *args, **kwargs)
+    record.acted(NAME)
     global _logged
     if not _logged:
         _logged = True
@@ -48,9 +51,3 @@ def dummy_run(original, runner, *args, **kwargs):
 
 def hooks() -> list[Hook]:
     return [Hook(TARGET, dummy_run, "AROUND")]
-
-
-def native() -> str | None:
-    from sglang_pd_lean import compat
-
-    return compat.native_reason(NAME)
