@@ -43,6 +43,8 @@ def test_kill_switch_values(monkeypatch):
         ("0", True),
         ("false", True),
         ("off", True),
+        ("no", True),
+        ("NO ", True),
         ("1", False),
         ("", False),
     ]:

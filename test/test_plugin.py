@@ -9,6 +9,8 @@ import json
 import pytest
 from conftest import run_python, upstream_has
 
+from sglang_pd_lean import record
+
 GATE_TARGETS = {
     "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
     "graph": "sglang.srt.model_executor.model_runner_components.cuda_graph_setup.capture_decode_graph",
@@ -91,7 +93,7 @@ def test_load_plugins_discovers_the_plugin_and_applies_its_hooks(version):
     assert result["prefill_verify_state"] is False
 
 
-def test_register_twice_registers_each_hook_once():
+def test_register_twice_registers_each_hook_once(version):
     result = run_plugin(
         after=(
             "import sglang.srt.plugins as p; from sglang_pd_lean.plugin import register\n"
@@ -99,6 +101,10 @@ def test_register_twice_registers_each_hook_once():
             "p._plugins_loaded = False; load_plugins()"
         )
     )
+    # Every needed gate's hook and the two reporting hooks, each once.
+    reporting = {hook.target for hook in record.hooks()}
+    needed = {GATE_TARGETS[gate] for gate in expected_gates(version)}
+    assert set(result["hooks"]) == needed | reporting
     assert all(count == 1 for count in result["hooks"].values())
 
 
@@ -140,3 +146,50 @@ def test_missing_hook_target_warns_once_and_registers_nothing(version):
     assert len(warnings) == 1 and attr in warnings[0] and version in warnings[0]
     assert not any(result["wrapped"].values())
     assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
+
+
+def test_scheduler_reports_the_record_in_its_internal_state(version):
+    """Both reporting hooks are registered once (the live ``/server_info`` is the
+    e2e suite's), and the record travels in SGLang's own ``GetInternalStateReqOutput``
+    through msgpack, as the scheduler sends it."""
+    result = run_plugin(
+        after=(
+            "import msgspec\n"
+            "from sglang.srt.managers.io_struct import GetInternalStateReqOutput\n"
+            "from sglang_pd_lean import compat, record\n"
+            "out = GetInternalStateReqOutput(internal_state={'x': 1})\n"
+            "record.add_to_internal_state(out)\n"
+            "back = msgspec.msgpack.decode(msgspec.msgpack.encode(out.internal_state))\n"
+            "plan = {g.name: g.state for g in compat.plan()}\n"
+            "assert back['pd_lean']['gates'] == plan, (back, plan)\n"
+            "assert back['pd_lean']['sglang_version'] == " + repr(version) + "\n"
+            "assert back['x'] == 1"
+        )
+    )
+    for hook in record.hooks():
+        assert result["hooks"][hook.target] == 1
+
+
+def test_registration_summary_is_logged_again_once_a_scheduler_starts():
+    """A scheduler configures logging after load_plugins(): the summary, swallowed
+    then, is logged once by the hook before ``Scheduler.__init__``."""
+    from sglang_pd_lean import record as rec
+
+    proc = run_python(
+        "import logging, sys\n"
+        "from sglang.srt.plugins import load_plugins\n"
+        "load_plugins()\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+        "from sglang_pd_lean import record\n"
+        "record.announce(); record.announce()\n"
+        "print('STATE', record.snapshot()['gates'])\n"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith("[sglang-pd-lean] SGLang")
+    ]
+    assert len(lines) == 1, proc.stdout
+    assert all(f"{gate} gate" in lines[0] for gate in GATE_TARGETS)
+    assert rec.SCHEDULER in {h.target.rsplit(".", 1)[0] for h in rec.hooks()}
