@@ -7,8 +7,7 @@ the KV-cache budget whenever speculative decoding is on, and its automatic mamba
 sizing solves for slots *with* that snapshot budget. On a prefill target the pool
 gate (or upstream 0.5.18+) never allocates it: a phantom. On a worker that cannot
 verify, the hook runs upstream's sizing with the worker's ``spec_algorithm`` set to
-NONE and a ``server_args`` view without a draft-token count, exactly the inputs the
-pool is built with, so the reservation equals the allocation. Persistent mamba state
+NONE, so it charges exactly what the pool builds without verify state. Persistent mamba state
 stays charged. Applies to SGLang 0.5.16 to 0.5.21; 0.5.22+ does this natively.
 What the returned share buys depends on SGLang's sizing: with the radix cache on and
 no ``--max-mamba-cache-size``, SGLang splits the budget between mamba slots and KV
@@ -23,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from sglang_pd_lean import record
-from sglang_pd_lean.gates import Hook, no_draft_tokens, without_speculation
+from sglang_pd_lean.gates import Hook, without_speculation
 from sglang_pd_lean.role import judge_owner, setting
 from sglang_pd_lean.units import GIB, human_bytes
 
@@ -45,10 +44,10 @@ def handle_max_mamba_cache(original, configurator, total_rest_memory, *args, **k
         record.stepped_aside(NAME)
         return original(configurator, total_rest_memory, *args, **kwargs)
     upstream = _upstream_sizing(original, configurator, total_rest_memory)
-    # Exactly the inputs the pool is built with: no verify step.
-    with without_speculation(
-        configurator, server_args=no_draft_tokens(configurator.server_args)
-    ):
+    # No verify step. (The draft-token count needs no hiding here: upstream's sizing
+    # reads it only with speculation on, or for ReplaySSM, which SGLang refuses on a
+    # prefill server; see gates/replayssm.py.)
+    with without_speculation(configurator):
         rest = original(configurator, total_rest_memory, *args, **kwargs)
     # KV tokens as SGLang will compute them, with the worker's real (draft-inclusive)
     # per-token layout.
