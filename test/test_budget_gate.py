@@ -3,6 +3,10 @@
 Runs upstream's real sizing (``KVCacheConfigurator._handle_max_mamba_cache``) and
 then the real pool build for the sizes it chose (under FakeTensorMode), for the
 three sizing branches upstream has, several models and layouts, and every role.
+
+Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
+the plugin registers no hook and the prefill-target cases compare upstream with
+upstream; ``test_hardening.py`` drives the gate's own hook on every release.
 """
 
 from __future__ import annotations

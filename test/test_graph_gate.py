@@ -4,6 +4,10 @@ Calls the real ``cuda_graph_setup.capture_decode_graph``. The model runner is a
 namespace with the fields that function reads (a real ModelRunner needs a GPU and
 weights). The first device call (``get_available_gpu_memory``) is replaced by a
 sentinel: a worker that reaches it was on its way to capture.
+
+Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
+the plugin registers no hook and the prefill-target cases compare upstream with
+upstream; ``test_hardening.py`` drives the gate's own hook on every release.
 """
 
 from __future__ import annotations
@@ -43,9 +47,8 @@ def test_prefill_target_captures_no_verify_graph(device_sentinel):
     result = capture(
         device_sentinel, "prefill", speculative=True, is_draft_worker=False
     )
+    # The device sentinel is the check: a worker on its way to capture raises it.
     assert result.runner is None
-    # 0.5.17+ name the phase the capture was for (0.5.16's result has no such field).
-    assert getattr(result, "memory_phase", "target_verify") == "target_verify"
 
 
 @pytest.mark.parametrize("role", ["decode", "null"])

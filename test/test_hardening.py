@@ -15,6 +15,7 @@ import types
 from unittest import mock
 
 import pytest
+from conftest import upstream_has
 from test_census import gdn_expected
 
 from sglang_pd_lean import census, compat, record
@@ -30,6 +31,13 @@ from sglang_pd_lean.role import upstream_behaviour
 
 MODEL = "qwen3-next-80b-a3b"
 DOUBT = "if in doubt, keep the bytes"
+
+
+@pytest.fixture(autouse=True)
+def no_pool_kernel_warmup(monkeypatch):
+    """0.5.23's pool constructor warms a Triton kernel (a launch, not an
+    allocation); SGLang's own switch turns it off, as the census does."""
+    monkeypatch.setenv("SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS", "1")
 
 
 def upstream_of(gate) -> object:
@@ -169,6 +177,8 @@ def test_pool_gate_records_and_logs_the_verify_bytes_of_the_config_formula(
     requests, draft, caplog
 ):
     """The gate's own figure, padding slot included, against the config formula."""
+    if upstream_has("pool"):
+        pytest.skip("upstream builds a prefill target's pool lean itself: no figure")
     import contextlib
 
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -305,3 +315,56 @@ def test_missing_hook_module_still_reads_as_missing(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     missing = compat.missing_targets(["fakeupstream2.gone.Cls.method"])
     assert len(missing) == 1 and "gone" in missing[0]
+
+
+# --- each gate's own hook acts on a prefill target, on every release ------------
+
+
+def prefill_target_owner(server_args, fields, gate):
+    """The object each gate's hook receives, for a prefill speculative target."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    model_runner = types.SimpleNamespace(
+        server_args=server_args,
+        is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            fields["speculative_algorithm"]
+        ),
+        is_generation=True,
+    )
+    if gate is graph:
+        return model_runner
+    if gate is draft_graph:
+        return types.SimpleNamespace(server_args=server_args, cuda_graph_runner="x")
+    return types.SimpleNamespace(model_runner=model_runner)
+
+
+@pytest.mark.parametrize("gate", [graph, warmup, autotune, draft_graph])
+def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    inputs = census.Inputs(model=MODEL)
+    fields = census.server_fields(inputs, "prefill")
+    seen = []
+
+    def upstream(*args, **kwargs):
+        owner = kwargs.get("model_runner", args[0] if args else None)
+        runner = getattr(owner, "model_runner", owner)
+        seen.append(getattr(runner, "spec_algorithm", None))
+        if gate is graph:
+            seen.append(runner.is_generation)
+
+    with census.published(**fields) as server_args:
+        owner = prefill_target_owner(server_args, fields, gate)
+        if gate is graph:
+            gate.hooks()[0].fn(upstream, model_runner=owner)
+        else:
+            gate.hooks()[0].fn(upstream, owner)
+    assert record.snapshot()["gates"][gate.NAME] == record.ACTED
+    if gate is draft_graph:  # no capture at all, the runners left as "run eager"
+        assert seen == [] and owner.cuda_graph_runner is None
+    elif gate is graph:  # upstream sees a non-generation view: its no-capture path
+        assert seen == [SpeculativeAlgorithm.EAGLE, False]
+    else:  # upstream sizes/warms up as a worker without speculation
+        assert seen == [SpeculativeAlgorithm.NONE]
+        assert owner.model_runner.spec_algorithm == SpeculativeAlgorithm.EAGLE

@@ -179,7 +179,7 @@ def test_registration_summary_is_logged_again_once_a_scheduler_starts():
         "import logging, sys\n"
         "from sglang.srt.plugins import load_plugins\n"
         "load_plugins()\n"
-        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s')\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s', force=True)\n"
         "from sglang_pd_lean import record\n"
         "record.announce(); record.announce()\n"
         "print('STATE', record.snapshot()['gates'])\n"

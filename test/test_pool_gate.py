@@ -3,6 +3,10 @@
 Drives the real ``KVCacheConfigurator._build_req_to_token_pool`` (the configurator
 filled in as a plain dataclass, SGLang's configuration published with
 ``override_server_args``) and the real pool constructors under FakeTensorMode.
+
+Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
+the plugin registers no hook and the prefill-target cases compare upstream with
+upstream; ``test_hardening.py`` drives the gate's own hook on every release.
 """
 
 from __future__ import annotations
