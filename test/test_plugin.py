@@ -193,3 +193,25 @@ def test_registration_summary_is_logged_again_once_a_scheduler_starts():
     assert len(lines) == 1, proc.stdout
     assert all(f"{gate} gate" in lines[0] for gate in GATE_TARGETS)
     assert rec.SCHEDULER in {h.target.rsplit(".", 1)[0] for h in rec.hooks()}
+
+
+def test_register_without_sglang_says_sglang_is_not_installed():
+    """Called outside SGLang (no distribution installed): one WARNING that says so,
+    not "SGLang None is not a supported release"."""
+    proc = run_python(
+        "import io, logging, importlib.metadata as md\n"
+        "log = io.StringIO(); logging.basicConfig(level=logging.INFO, stream=log)\n"
+        "_real = md.version\n"
+        "def version(name):\n"
+        "    if name == 'sglang':\n"
+        "        raise md.PackageNotFoundError(name)\n"
+        "    return _real(name)\n"
+        "md.version = version\n"
+        "from sglang_pd_lean.plugin import register\n"
+        "assert register() is False\n"
+        "print(log.getvalue())"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = our_lines(proc.stdout, "WARNING")
+    assert len(warnings) == 1 and "SGLang is not installed" in warnings[0]
+    assert "None" not in warnings[0]

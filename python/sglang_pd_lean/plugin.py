@@ -32,6 +32,12 @@ def register() -> bool:
     if compat.kill_switch_on():
         logger.info(f"[sglang-pd-lean] {compat.KILL_SWITCH}=0: no hooks registered")
         return False
+    if version is None:
+        logger.warning(
+            "[sglang-pd-lean] SGLang is not installed in this environment: no hooks "
+            "registered. Install a supported SGLang (0.5.16 to 0.5.23)."
+        )
+        return False
     if not compat.is_supported(version):
         logger.warning(
             f"[sglang-pd-lean] SGLang {version} is not a supported release "
