@@ -48,7 +48,14 @@ def sglang_minor() -> int:
     return int(sglang.__version__.split(".")[2][:2])
 
 
+# Set by test_patches.py when the SGLang under test carries one of patches/: the
+# gates that patch makes upstream's own (comma-separated).
+PATCHED_ENV = "SGLANG_PD_LEAN_TEST_PATCHED_GATES"
+
+
 def upstream_has(gate: str) -> bool:
+    if gate in os.environ.get(PATCHED_ENV, "").split(","):
+        return True
     since = NATIVE_FROM[gate]
     return since is not None and sglang_minor() >= since
 
