@@ -1,0 +1,293 @@
+"""Fixtures of the end-to-end tests: one real server per kind, started once per
+session, and ``sglang-pd-lean report`` for the budget each server sized with.
+
+A test asks ``runs.get(name)`` for a finished run: the server is started the first
+time (``harness.Server``), waited on until it is ready or has exited, asked for
+``/server_info`` if ready, stopped, and its log and answers are kept. So servers run
+one at a time (their memory budgets come from the host's free memory) and no server
+outlives the test that needed it.
+
+Devices: every test runs with ``device="cpu"`` (stand-ins for GPU-only start-up
+calls) and again with ``device="cuda"`` (no stand-ins; marker ``gpu``), which is
+skipped without a CUDA device: ``python -m pytest -m gpu test/e2e`` on a GPU host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from harness import (
+    COMMON_ARGS,
+    PD_TRANSFER_ARGS,
+    SPEC_ARGS,
+    Server,
+)
+from tiny_model import write_model
+
+GIB = 1 << 30
+PLUGIN_PREFIX = "[sglang-pd-lean]"
+# SGLang's allow-list of plugins, naming a plugin that is not ours.
+NOT_OUR_PLUGIN = "some_other_plugin"
+
+# name -> (extra server arguments, extra environment)
+RUNS = {
+    "prefill": (["--disaggregation-mode", "prefill", *PD_TRANSFER_ARGS], {}),
+    "prefill, allow-list without us": (
+        ["--disaggregation-mode", "prefill", *PD_TRANSFER_ARGS],
+        {"SGLANG_PLUGINS": NOT_OUR_PLUGIN},
+    ),
+    "prefill, kill switch": (
+        ["--disaggregation-mode", "prefill", *PD_TRANSFER_ARGS],
+        {"SGLANG_PD_LEAN": "0"},
+    ),
+    "decode": (["--disaggregation-mode", "decode", *PD_TRANSFER_ARGS], {}),
+    "decode, allow-list without us": (
+        ["--disaggregation-mode", "decode", *PD_TRANSFER_ARGS],
+        {"SGLANG_PLUGINS": NOT_OUR_PLUGIN},
+    ),
+    "null": ([], {}),
+    "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
+}
+# Every run: the CPU recipe, speculative decoding, and an explicit decode graph
+# backend (a prefill server disables it by default; set, upstream's draft worker
+# reaches its graph-capture step, where the draft_graph gate sits).
+BASE_ARGS = [*COMMON_ARGS, *SPEC_ARGS, "--cuda-graph-backend-decode", "full"]
+# What ``report`` needs to size like these servers (the same values as BASE_ARGS).
+REPORT_ARGS = [
+    "--max-running-requests", "8",
+    "--speculative-num-draft-tokens", "2",
+    "--context-length", "2048",
+    "--page-size", "1",
+    "--mamba-radix-cache-strategy", "no_buffer",
+]  # fmt: skip
+
+MAMBA_LINE = (
+    r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>\d+), "
+    r"conv_state size: (?P<conv>[\d.]+)GB, ssm_state size: (?P<ssm>[\d.]+)GB"
+    r"(?: intermediate_ssm_state_cache size: (?P<verify_ssm>[\d.]+)GB"
+    r" intermediate_conv_window_cache size: (?P<verify_conv>[\d.]+)GB)?"
+)
+KV_LINE = r"KV Cache is allocated\. dtype: \S+, #tokens: (?P<tokens>\d+), "
+PROBE_LINE = (
+    r"\[e2e-probe\] _handle_max_mamba_cache total_rest_memory=(?P<gib>\S+) "
+    r"is_draft_worker=False"
+)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param(
+        "cuda",
+        id="cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+@dataclasses.dataclass
+class Run:
+    """A finished server run: what it logged and answered."""
+
+    name: str
+    device: str
+    ready: bool
+    exit_code: int | None
+    log: str
+    server_info: dict | None
+    log_path: str
+
+    def lines(self, pattern: str) -> list[re.Match]:
+        regex = re.compile(pattern)
+        return [m for m in map(regex.search, self.log.splitlines()) if m]
+
+    def one(self, pattern: str) -> re.Match:
+        """The first line matching ``pattern``; fails with the log if none does."""
+        found = self.lines(pattern)
+        assert found, self.explain(f"no log line matches {pattern!r}")
+        return found[0]
+
+    def budget_gib(self) -> float:
+        """``total_rest_memory`` the target's sizing received (logged by the probe)."""
+        return float(self.one(PROBE_LINE)["gib"])
+
+    def internal_states(self) -> list[dict]:
+        assert self.server_info is not None, self.explain("no /server_info")
+        return self.server_info["internal_states"]
+
+    def explain(self, message: str) -> str:
+        return f"{message}\n----- {self.name} ({self.device}) log: {self.log_path} -----\n{self.log}"
+
+
+class Runs:
+    def __init__(self, model_dir: str, workdir: str) -> None:
+        self.model_dir = model_dir
+        self.workdir = workdir
+        self._runs: dict[tuple[str, str], Run] = {}
+        self._reports: dict[float, dict] = {}
+
+    def get(self, name: str, device: str) -> Run:
+        key = (name, device)
+        if key not in self._runs:
+            self._runs[key] = self._run(name, device)
+        return self._runs[key]
+
+    def _run(self, name: str, device: str) -> Run:
+        extra, env = RUNS[name]
+        args = [
+            *BASE_ARGS,
+            # The MTP layer counted in the KV budget as `report` counts it (SGLang
+            # counts a draft's layers only when given a draft model path).
+            "--speculative-draft-model-path", self.model_dir,
+            *extra,
+        ]  # fmt: skip
+        server = Server(
+            self.model_dir, args, device=device, workdir=self.workdir, env=env
+        )
+        with server:
+            ready = server.wait()
+            info = server.server_info() if ready else None
+        return Run(
+            name=name,
+            device=device,
+            ready=ready,
+            exit_code=server.process.returncode,
+            log=server.log,
+            server_info=info,
+            log_path=server.log_path,
+        )
+
+    def report(
+        self, available_gib: float, *, disable_radix_cache: bool = False
+    ) -> dict:
+        """``sglang-pd-lean report --json`` (the real CLI, in its own process) for
+        the tiny model, the servers' flags and ``available_gib``."""
+        key = (available_gib, disable_radix_cache)
+        if key not in self._reports:
+            cli = os.path.join(os.path.dirname(sys.executable), "sglang-pd-lean")
+            command = [
+                cli, "report", "--config", self.model_dir, *REPORT_ARGS,
+                "--available-gib", repr(available_gib), "--json",
+            ]  # fmt: skip
+            if disable_radix_cache:
+                command.append("--disable-radix-cache")
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            assert (
+                done.returncode == 0
+            ), f"{' '.join(command)} exited {done.returncode}:\n{done.stderr}"
+            self._reports[key] = json.loads(done.stdout)
+        return self._reports[key]
+
+    def report_for(self, run: Run) -> dict:
+        """``report`` for the budget ``run`` sized with and its effective radix-cache
+        setting (SGLang turns the radix cache off on a PD decode server itself)."""
+        return self.report(
+            run.budget_gib(),
+            disable_radix_cache=bool(run.server_info["disable_radix_cache"]),
+        )
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> Runs:
+    model_dir = write_model(str(tmp_path_factory.mktemp("tiny-qwen3-next")))
+    return Runs(model_dir, str(tmp_path_factory.mktemp("servers")))
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def device(request) -> str:
+    return request.param
+
+
+def logged_sizes(run: Run) -> dict:
+    """SGLang's own start-up figures: the target's mamba pool and KV cache."""
+    mamba = run.one(MAMBA_LINE)
+    kv = run.lines(KV_LINE)
+    assert kv, run.explain("no KV Cache line")
+    sizes = {
+        "mamba_slots": int(mamba["slots"]),
+        "conv state": mamba["conv"],
+        "ssm state": mamba["ssm"],
+        "kv_tokens": int(kv[0]["tokens"]),
+    }
+    if mamba["verify_ssm"] is not None:
+        sizes["verify ssm snapshots"] = mamba["verify_ssm"]
+        sizes["verify conv windows"] = mamba["verify_conv"]
+    return sizes
+
+
+def reported_sizes(report: dict, role: str, column: str, *, run: Run) -> dict:
+    """``report``'s figures for ``run``'s role, written as SGLang's lines write them
+    (GB with two decimals); verify components only where the server logged them.
+    A decode pool holds ``disaggregation_decode_extra_slots`` more mamba slots than
+    it schedules (SGLang logs the pool's size; ``report`` the scheduled one)."""
+    logged = logged_sizes(run)
+    pool = report["roles"][role][column]
+    capacity = report["capacity"][role][column]
+    extra = (
+        run.server_info["disaggregation_decode_extra_slots"] if role == "decode" else 0
+    )
+    sizes = {
+        "mamba_slots": pool["mamba_slots"] + extra,
+        "kv_tokens": capacity["kv_tokens"],
+    }
+    components = ["conv state", "ssm state"]
+    if "verify ssm snapshots" in logged:
+        components += ["verify ssm snapshots", "verify conv windows"]
+    for component in components:
+        sizes[component] = f"{pool['components'].get(component, 0) / GIB:.2f}"
+    return sizes
+
+
+def gate_lines(run: Run) -> dict[str, str]:
+    """gate name -> its INFO line, for every gate that logged one."""
+    return {
+        m["gate"]: m.group(0)
+        for m in run.lines(rf"{re.escape(PLUGIN_PREFIX)} (?P<gate>\w+) gate: .*")
+    }
+
+
+NO_DRIVER = "RuntimeError: Found no NVIDIA driver on your system"
+SNAPSHOT_FRAME = (
+    r'File "(?P<file>[^"]*sglang/srt/mem_cache/memory_pool\.py)", '
+    r"line (?P<line>\d+), in __init__"
+)
+SNAPSHOT_CALL = "intermediate_ssm_state_cache = torch.zeros("
+
+
+def cuda_snapshot_failure(run: Run) -> str | None:
+    """Where a CPU start-up died allocating MambaPool's verify ssm snapshots on CUDA
+    (``device="cuda"`` written in upstream's source), quoted from the installed
+    source; None if the run did not die there."""
+    log = run.log.splitlines()
+    if run.ready or not any(NO_DRIVER in line for line in log):
+        return None
+    for i, line in enumerate(log[:-1]):
+        frame = re.search(SNAPSHOT_FRAME, line)
+        if frame and log[i + 1].strip() == SNAPSHOT_CALL:
+            with open(frame["file"]) as f:
+                source = f.read().splitlines()
+            start = int(frame["line"]) - 1
+            device = next(
+                (s.strip() for s in source[start : start + 15] if "device=" in s),
+                "?",
+            )
+            path = frame["file"][frame["file"].index("sglang/srt/") :]
+            return (
+                f"{path}:{frame['line']} (MambaPool.__init__): {SNAPSHOT_CALL}..., "
+                f"{device.rstrip(',')}) -> {NO_DRIVER}"
+            )
+    return None

@@ -1,0 +1,125 @@
+"""Test-only stand-ins for the GPU-only calls a CPU ``launch_server`` makes at start-up.
+
+Applied by ``sitecustomize`` in the e2e servers' processes when they run with
+``--device cpu``; never with ``--device cuda``, never in the package. On a machine
+without a GPU, SGLang (with the CUDA build of torch it pins) still reaches four calls
+that need one. None of them does work the start-up depends on:
+
+1. ``from vllm._custom_ops import rotary_embedding`` in ``RotaryEmbedding.__init__``
+   (``sglang/srt/layers/rotary_embedding/base.py``): the fallback kernel picked when
+   the platform is neither CUDA nor SGLang's CPU engine. Only imported while the
+   layer is built; it would run in a forward pass, which these servers never reach.
+   Stand-in: a ``vllm._custom_ops`` whose ``rotary_embedding`` raises if called.
+2. ``copy_all_layer_kv_cache_func(...)`` at the end of
+   ``MHATokenToKVPool._init_kv_copy_and_warmup``
+   (``sglang/srt/mem_cache/memory_pool.py``): a Triton launch that warms the KV-copy
+   kernel by copying slot 0 onto slot 0 (both location tensors are zeros): no byte
+   changes. Stand-in: that one call does nothing during the method; the rest (the
+   tiling config the pool keeps) runs as upstream wrote it.
+3. ``torch.cuda.synchronize()`` in ``Qwen3NextForCausalLM.set_embed_and_head``
+   (``sglang/srt/models/qwen3_next.py``, the MTP draft taking the target's embedding
+   and head): waits for GPU work, of which a CPU process has none. Stand-in: a no-op
+   during that method.
+4. ``device=torch.get_device_module().current_device()`` in
+   ``Qwen3GatedDeltaNet.__init__`` (``sglang/srt/models/qwen3_next.py``, the gated
+   RMSNorm of each GDN layer): torch's CUDA build names CUDA as the accelerator even
+   with no GPU, and ``current_device()`` then fails. Stand-in: during that method,
+   ``torch.get_device_module()`` answers ``torch.cpu``, as a CPU-only torch build
+   does; the norm's tiny weight is created on the CPU like every other weight.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
+
+
+def _rotary_embedding(*args, **kwargs):
+    raise RuntimeError(
+        "test/e2e stand-in for vllm._custom_ops.rotary_embedding: a CPU test server "
+        "runs no forward pass"
+    )
+
+
+def _no_kv_copy_warmup_launch(original):
+    @functools.wraps(original)
+    def init_kv_copy_and_warmup(pool, *args, **kwargs):
+        module = sys.modules[MEMORY_POOL]
+        kernel = module.copy_all_layer_kv_cache_func
+        module.copy_all_layer_kv_cache_func = lambda *a, **k: None
+        try:
+            return original(pool, *args, **kwargs)
+        finally:
+            module.copy_all_layer_kv_cache_func = kernel
+
+    return init_kv_copy_and_warmup
+
+
+def _no_cuda_synchronize(original):
+    @functools.wraps(original)
+    def set_embed_and_head(model, *args, **kwargs):
+        import torch
+
+        synchronize = torch.cuda.synchronize
+        torch.cuda.synchronize = lambda *a, **k: None
+        try:
+            return original(model, *args, **kwargs)
+        finally:
+            torch.cuda.synchronize = synchronize
+
+    return set_embed_and_head
+
+
+def _cpu_device_module(original):
+    @functools.wraps(original)
+    def init(layer, *args, **kwargs):
+        import torch
+
+        get_device_module = torch.get_device_module
+        torch.get_device_module = lambda device=None: (
+            torch.cpu if device is None else get_device_module(device)
+        )
+        try:
+            return original(layer, *args, **kwargs)
+        finally:
+            torch.get_device_module = get_device_module
+
+    return init
+
+
+# module -> [(class, method, wrapper)], applied right after the module is imported.
+PATCHES = {
+    MEMORY_POOL: [
+        ("MHATokenToKVPool", "_init_kv_copy_and_warmup", _no_kv_copy_warmup_launch),
+    ],
+    "sglang.srt.models.qwen3_next": [
+        ("Qwen3NextForCausalLM", "set_embed_and_head", _no_cuda_synchronize),
+        ("Qwen3GatedDeltaNet", "__init__", _cpu_device_module),
+    ],
+}
+
+
+class VllmStandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``vllm`` (empty) and ``vllm._custom_ops`` where vLLM is not installed;
+    every other ``vllm.*`` import still fails as upstream expects."""
+
+    def __init__(self) -> None:
+        self._serve = importlib.util.find_spec("vllm") is None
+
+    def find_spec(self, name, path=None, target=None):
+        if self._serve and name in ("vllm", "vllm._custom_ops"):
+            return importlib.machinery.ModuleSpec(name, self, is_package=name == "vllm")
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        if module.__name__ == "vllm._custom_ops":
+            module.rotary_embedding = _rotary_embedding

@@ -1,0 +1,57 @@
+"""A PD decode server and a unified (no PD) server, speculative (NEXTN): workers
+that can run TARGET_VERIFY. No gate acts; sizes are upstream's.
+
+Each server runs with the plugin and without it (SGLang's allow-list naming another
+plugin); both must equal ``report``'s upstream column for the role at the budget
+each received, and ``report`` must see no plugin effect for the role. Where SGLang
+cannot start such a server on a CPU (0.5.16/0.5.17 allocate the verify snapshots
+with ``device="cuda"`` in ``MambaPool.__init__``, which no gate touches for these
+roles), the test is skipped quoting that line from the server's own traceback.
+"""
+
+from __future__ import annotations
+
+import pytest
+from e2e_runs import (
+    cuda_snapshot_failure,
+    gate_lines,
+    logged_sizes,
+    reported_sizes,
+)
+
+pytestmark = pytest.mark.e2e
+pytest_plugins = ["e2e_runs"]  # fixtures: runs, device
+
+ROLES = ["decode", "null"]
+
+
+def started(runs, name: str, device: str):
+    run = runs.get(name, device)
+    if not run.ready:
+        blocked = cuda_snapshot_failure(run)
+        if device == "cpu" and blocked is not None:
+            pytest.skip(f"SGLang cannot start this server on a CPU: {blocked}")
+        pytest.fail(run.explain(f"the {name} server did not start"))
+    return run
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_gate_acts_on_a_server_that_verifies(runs, device, role):
+    run = started(runs, role, device)
+    assert gate_lines(run) == {}, run.explain("a gate acted")
+    for state in run.internal_states():
+        record = state["pd_lean"]
+        assert "acted" not in record["gates"].values()
+        assert record["budget"] == {} and record["not_allocated_bytes"] == {}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_sizes_equal_upstream_with_and_without_plugin(runs, device, role):
+    for name in (role, f"{role}, allow-list without us"):
+        run = started(runs, name, device)
+        report = runs.report_for(run)
+        assert logged_sizes(run) == reported_sizes(report, role, "upstream", run=run)
+        assert report["roles"][role]["plugin"] == report["roles"][role]["upstream"]
+        assert (
+            report["capacity"][role]["plugin"] == report["capacity"][role]["upstream"]
+        )

@@ -1,0 +1,122 @@
+"""A real PD prefill server with speculative decoding (NEXTN) and the plugin.
+
+The server finds the plugin through SGLang's own ``load_plugins()`` in its scheduler
+process; the gates act at the real call sites. Checked against independent sources:
+the release oracle of ``test/conftest.py`` (which gates the release needs), the
+server's own start-up lines (``Mamba Cache is allocated ...``, ``KV Cache is
+allocated ...``), the budget the server sized with (the probe in ``site/``), and
+``sglang-pd-lean report`` run as a separate process for the same config file, flags
+and budget.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sglang
+from conftest import NATIVE_FROM, upstream_has
+from e2e_runs import (
+    PLUGIN_PREFIX,
+    gate_lines,
+    logged_sizes,
+    reported_sizes,
+)
+
+pytestmark = pytest.mark.e2e
+pytest_plugins = ["e2e_runs"]  # fixtures: runs, device
+
+# Gates a start-up reaches on a prefill server with --skip-server-warmup: the
+# warmup and autotune gates sit on the warmup forward, which a CPU never runs.
+REACHED_AT_START_UP = ("budget", "pool", "graph", "draft_graph")
+VERIFY_COMPONENTS = ("verify ssm snapshots", "verify conv windows")
+
+
+@pytest.fixture(scope="module")
+def prefill(runs, device):
+    run = runs.get("prefill", device)
+    assert run.ready, run.explain("the prefill server did not start")
+    return run
+
+
+def expected_summary() -> str:
+    """The registration summary this release gets (from the release oracle)."""
+    states = [
+        f"{gate} gate {'native upstream' if upstream_has(gate) else 'applied by the plugin'}"
+        for gate in NATIVE_FROM
+    ]
+    return f"{PLUGIN_PREFIX} SGLang {sglang.__version__}: " + ", ".join(
+        states + ["replayssm gate not applicable"]
+    )
+
+
+def test_prefill_server_starts_with_the_plugin(prefill):
+    assert prefill.server_info["internal_states"], prefill.explain("no ranks")
+
+
+def test_every_rank_logs_the_registration_summary(prefill):
+    ranks = len(prefill.internal_states())
+    summaries = prefill.lines(rf"{re.escape(PLUGIN_PREFIX)} SGLang \S+: .*")
+    assert [m.group(0) for m in summaries] == [expected_summary()] * ranks
+
+
+def test_the_gates_this_release_needs_log_that_they_acted(prefill, device):
+    acting = {gate for gate in REACHED_AT_START_UP if not upstream_has(gate)}
+    lines = gate_lines(prefill)
+    if device == "cpu":
+        assert set(lines) == acting, prefill.explain(f"gate lines: {lines}")
+    else:  # a GPU start-up may also reach the warmup/autotune gates
+        assert set(lines) >= acting, prefill.explain(f"gate lines: {lines}")
+    for line in lines.values():
+        assert "prefill target (EAGLE) cannot run TARGET_VERIFY" in line
+
+
+def test_logged_pool_and_kv_sizes_equal_report(prefill, runs):
+    logged = logged_sizes(prefill)
+    report = runs.report_for(prefill)
+    assert logged == reported_sizes(report, "prefill", "plugin", run=prefill)
+    assert not any(c in logged for c in VERIFY_COMPONENTS)  # no SpeculativeState
+
+
+def test_server_info_reports_what_each_rank_did(prefill, runs):
+    for state in prefill.internal_states():
+        record = state["pd_lean"]
+        assert record["sglang_version"] == sglang.__version__
+        acted = {gate for gate, s in record["gates"].items() if s == "acted"}
+        assert acted == set(gate_lines(prefill))
+        for gate in NATIVE_FROM:
+            if gate not in acted:
+                native = upstream_has(gate)
+                assert record["gates"][gate] == (
+                    "native upstream" if native else "applied by the plugin"
+                )
+
+
+def test_server_info_budget_equals_the_logged_sizing(prefill, runs):
+    record = prefill.internal_states()[0]["pd_lean"]
+    if upstream_has("budget"):
+        assert record["budget"] == {}  # upstream sizes it; nothing of ours to report
+        return
+    budget = record["budget"]
+    logged = logged_sizes(prefill)
+    assert budget["available_gib"] == prefill.budget_gib()
+    assert budget["plugin"]["kv_tokens"] == logged["kv_tokens"]
+    assert budget["plugin"]["mamba_slots"] == logged["mamba_slots"]
+    capacity = runs.report_for(prefill)["capacity"]["prefill"]
+    for column in ("upstream", "plugin"):
+        assert budget[column] == {
+            "kv_bytes": capacity[column]["kv_cache_bytes"],
+            "kv_tokens": capacity[column]["kv_tokens"],
+            "mamba_slots": capacity[column]["mamba_slots"],
+        }
+
+
+def test_server_info_not_allocated_bytes_equal_report(prefill, runs):
+    record = prefill.internal_states()[0]["pd_lean"]
+    if upstream_has("pool"):
+        assert record["not_allocated_bytes"] == {}
+        return
+    upstream = runs.report_for(prefill)["roles"]["prefill"]["upstream"]
+    assert record["not_allocated_bytes"] == {
+        c: upstream["components"][c] for c in VERIFY_COMPONENTS
+    }

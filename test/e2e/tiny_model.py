@@ -1,0 +1,84 @@
+"""A tiny Qwen3-Next model folder for real ``launch_server`` runs on a CPU.
+
+4 layers (3 GDN linear-attention + 1 full attention), hidden 128, 4 experts,
+vocab 512, one MTP layer for NEXTN drafting. Weights come from
+``--load-format dummy``; the tokenizer is a local word-level one built with the
+``tokenizers`` package, so nothing is downloaded. The same folder feeds
+``sglang-pd-lean report --config`` so the census and the live server read one file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+VOCAB_SIZE = 512
+
+CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "torch_dtype": "bfloat16",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 4,
+    "full_attention_interval": 4,  # layers 0-2 GDN, layer 3 full attention
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "partial_rotary_factor": 0.25,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "max_position_embeddings": 4096,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 64,
+    "norm_topk_prob": True,
+    "num_nextn_predict_layers": 1,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "tie_word_embeddings": False,
+    "use_cache": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
+
+
+def write_model(folder: str) -> str:
+    """Write config.json and a word-level tokenizer into ``folder``; return it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=2)
+    words = SPECIAL_TOKENS + [f"w{i}" for i in range(VOCAB_SIZE - len(SPECIAL_TOKENS))]
+    tokenizer = Tokenizer(
+        models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>")
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "unk_token": "<unk>",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "model_max_length": 4096,
+            },
+            f,
+            indent=2,
+        )
+    return folder
