@@ -1,5 +1,6 @@
-"""Census numbers against independent formulas from the model configs, and the
-``report`` command's output and errors."""
+"""Census numbers against independent formulas from the model configs, SGLang's
+sizing against the budget formula, and the census's own input guard (the library,
+without the CLI in front of it)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ import os
 import pytest
 from conftest import upstream_has
 
-from sglang_pd_lean import census, cli
+from sglang_pd_lean import census
 
 BF16, FP32 = 2, 4
+GIB = 1 << 30
 
 
-def gdn_expected(name: str, *, tp: int, requests: int, slots: int, draft: int) -> dict:
-    """Bytes per component of a GDN model's mamba state, from its config.json fields."""
+def load_config(name: str) -> dict:
     with open(os.path.join(census.MODELS_DIR, f"{name}.json")) as f:
-        cfg = json.load(f)
+        return json.load(f)
+
+
+def gdn_dims(cfg: dict, *, tp: int) -> dict:
+    """A GDN model's linear layers and per-layer, per-slot state bytes from its
+    config.json fields (fp32 ssm state, conv state in the model dtype, bf16 here)."""
     text = cfg.get("text_config", cfg)
     layers = sum(
         1
@@ -30,19 +36,55 @@ def gdn_expected(name: str, *, tp: int, requests: int, slots: int, draft: int) -
         text["linear_key_head_dim"],
         text["linear_conv_kernel_dim"],
     )
-    ssm = hv // tp * v * k * FP32  # per layer and slot
     conv_dim = (2 * hk * k + hv * v) // tp
     return {
-        "ssm state": layers * (slots + 1) * ssm,
-        "conv state": layers * (slots + 1) * conv_dim * (kernel - 1) * BF16,
-        "verify ssm snapshots": layers * (requests + 1) * draft * ssm,
+        "layers": layers,
+        "ssm": hv // tp * v * k * FP32,
+        "conv": conv_dim * (kernel - 1) * BF16,
+        "conv_dim": conv_dim,
+        "kernel": kernel,
+    }
+
+
+def gdn_expected(name: str, *, tp: int, requests: int, slots: int, draft: int) -> dict:
+    """Bytes per component of a GDN model's mamba state, from its config.json fields."""
+    d = gdn_dims(load_config(name), tp=tp)
+    layers = d["layers"]
+    return {
+        "ssm state": layers * (slots + 1) * d["ssm"],
+        "conv state": layers * (slots + 1) * d["conv"],
+        "verify ssm snapshots": layers * (requests + 1) * draft * d["ssm"],
         # CUDA + linear draft chain: one shared [dim, D + K - 2] window per slot.
         "verify conv windows": layers
         * (requests + 1)
-        * conv_dim
-        * (draft + kernel - 2)
+        * d["conv_dim"]
+        * (draft + d["kernel"] - 2)
         * BF16,
     }
+
+
+MAMBA_FULL_MEMORY_RATIO = 0.9  # SGLang's default --mamba-full-memory-ratio
+SLOTS_PER_REQUEST = 3  # upstream's mamba slots per running request (radix cache on)
+
+
+def automatic_split(
+    per_slot: int, *, available_gib: float, requests: int, draft: int, verify: bool
+) -> tuple[int, float]:
+    """(mamba slots, KV GiB) of SGLang's automatic sizing, solved by hand: the mamba
+    state gets r / (1 + r) of the budget; a worker that can verify also fits
+    snapshots for slots / 3 requests in it, then charges them for min(R, slots / 3)."""
+    share = available_gib * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+    share_bytes = share * GIB
+    if not verify:
+        slots = int((share_bytes - per_slot) // per_slot)
+        return slots, available_gib - (slots + 1) * per_slot / GIB
+    slots = int(
+        (share_bytes - per_slot * (1 + draft))
+        // (per_slot * (1 + draft / SLOTS_PER_REQUEST))
+    )
+    charged = min(requests, slots // SLOTS_PER_REQUEST)
+    verify_gib = per_slot * (charged + 1) * draft / GIB
+    return slots, available_gib - verify_gib - (slots + 1) * per_slot / GIB
 
 
 @pytest.mark.parametrize(
@@ -98,8 +140,7 @@ def test_qwen35_tp8_prefill_rank_gives_back_the_verify_snapshots():
 @pytest.mark.parametrize("model", ["kimi-linear-48b-a3b", "nemotron-h-8b"])
 def test_census_ssm_snapshots_match_head_formula(model):
     """KDA and Mamba2: snapshots = layers x (requests + 1) x D x heads/tp x dims x 4 B."""
-    with open(os.path.join(census.MODELS_DIR, f"{model}.json")) as f:
-        cfg = json.load(f)
+    cfg = load_config(model)
     tp, requests, draft = 2, 32, 3
     if model.startswith("kimi"):
         kda = cfg["linear_attn_config"]
@@ -139,95 +180,6 @@ def test_pipeline_parallel_counts_one_stage():
     assert ssm(half) * 2 == ssm(whole)
 
 
-def test_report_json_has_the_documented_shape(capsys):
-    assert (
-        cli.main(["report", "--model", "qwen3-next-80b-a3b", "--tp", "4", "--json"])
-        == 0
-    )
-    result = json.loads(capsys.readouterr().out)
-    assert {"sglang_version", "model", "inputs", "roles"} <= set(result)
-    for role in ("prefill", "decode", "null"):
-        for column in ("upstream", "plugin"):
-            entry = result["roles"][role][column]
-            assert set(entry) == {"components", "verify_only_bytes", "total_bytes"}
-            assert entry["total_bytes"] == sum(entry["components"].values())
-
-
-def test_report_table_and_png(tmp_path, capsys):
-    png = tmp_path / "census.png"
-    assert (
-        cli.main(
-            ["report", "--model", "kimi-linear-48b-a3b", "--tp", "2", "--png", str(png)]
-        )
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "verify ssm snapshots" in out and "given back by plugin" in out
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_list_models_lists_the_bundled_configs(capsys):
-    assert cli.main(["report", "--list-models"]) == 0
-    listed = capsys.readouterr().out.split()
-    assert {
-        "qwen3-next-80b-a3b",
-        "qwen3.5-397b-a17b",
-        "kimi-linear-48b-a3b",
-        "nemotron-h-8b",
-    } <= set(listed)
-
-
-@pytest.mark.parametrize(
-    "args,message",
-    [
-        (["--model", "no-such-model"], "unknown model"),
-        (["--config", "/no/such/config.json"], "cannot read config"),
-        (["--model", "qwen3-next-80b-a3b", "--tp", "3"], "does not divide"),
-        (["--model", "qwen3-next-80b-a3b", "--tp", "0"], "must be positive"),
-        (
-            ["--model", "qwen3-next-80b-a3b", "--max-running-requests", "-4"],
-            "must be positive",
-        ),
-        (
-            ["--model", "qwen3-next-80b-a3b", "--speculative-num-draft-tokens", "0"],
-            "must be positive",
-        ),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        raise SystemExit(cli.main(["report", *args]))
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
-
-
-def test_model_without_linear_attention_is_refused(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"],
-                "hidden_size": 256,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 4,
-                "intermediate_size": 512,
-                "vocab_size": 1000,
-            }
-        )
-    )
-    assert cli.main(["report", "--config", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no linear-attention" in err[0]
-
-
-def test_unreadable_config_is_refused(tmp_path, capsys):
-    (tmp_path / "config.json").write_text("{not json")
-    assert cli.main(["report", "--config", str(tmp_path)]) == 2
-    assert "cannot read config" in capsys.readouterr().err
-
-
 def test_mamba_ssm_dtype_bfloat16_halves_the_ssm_state_and_snapshots():
     base = census.Inputs(model="qwen3-next-80b-a3b", tp=4)
     fp32 = census.run(base)
@@ -239,3 +191,156 @@ def test_mamba_ssm_dtype_bfloat16_halves_the_ssm_state_and_snapshots():
         full = fp32["roles"]["null"]["upstream"]["components"][component]
         half = bf16["roles"]["null"]["upstream"]["components"][component]
         assert half * 2 == full
+
+
+def test_every_component_is_present_and_totals_match_the_formula():
+    """Named components are reported at 0 where empty, and each total is the
+    formula's state + verify bytes + a req_to_token map counted by hand."""
+    tp, requests, draft = 4, 64, 3
+    result = census.run(
+        census.Inputs(
+            model="qwen3-next-80b-a3b",
+            tp=tp,
+            max_running_requests=requests,
+            speculative_num_draft_tokens=draft,
+        )
+    )
+    slots = SLOTS_PER_REQUEST * requests
+    expected = gdn_expected(
+        "qwen3-next-80b-a3b", tp=tp, requests=requests, slots=slots, draft=draft
+    )
+    # (R + 1) rows of context + 4 + D int32 entries (page size 1; no decode
+    # pre-allocation slots above 32 requests).
+    req_to_token = (requests + 1) * (result["inputs"]["context_length"] + 4 + draft) * 4
+    for role in census.ROLES:
+        for column in ("upstream", "plugin"):
+            entry = result["roles"][role][column]
+            assert set(census.COMPONENT_ORDER) <= set(entry["components"])
+            verify = {c: n for c, n in expected.items() if c.startswith("verify")}
+            if role == "prefill" and (column == "plugin" or upstream_has("pool")):
+                verify = dict.fromkeys(verify, 0)
+                assert entry["components"]["verify ssm snapshots"] == 0
+            assert entry["components"]["replayssm rings"] == 0
+            assert entry["verify_only_bytes"] == sum(verify.values())
+            other = sum(
+                n
+                for c, n in entry["components"].items()
+                if c not in census.COMPONENT_ORDER
+            )
+            assert entry["total_bytes"] == (
+                expected["ssm state"]
+                + expected["conv state"]
+                + sum(verify.values())
+                + req_to_token
+                + other
+            ), (role, column)
+            assert other < 64 * 1024  # bookkeeping: free lists, indices
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "tp",
+        "pp",
+        "max_running_requests",
+        "speculative_num_draft_tokens",
+        "page_size",
+        "max_mamba_cache_size",
+        "context_length",
+    ],
+)
+@pytest.mark.parametrize("value", [0, -2, 2.5, True])
+def test_library_rejects_counts_the_census_cannot_run(field, value):
+    """The library's own guard: no ZeroDivisionError from deep inside SGLang."""
+    inputs = census.Inputs(model="qwen3-next-80b-a3b", **{field: value})
+    with pytest.raises(census.CensusError, match=field.replace("_", "-")):
+        census.run(inputs)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
+def test_library_rejects_an_available_budget_that_is_not_a_positive_number(value):
+    with pytest.raises(census.CensusError, match="--available-gib"):
+        census.run(census.Inputs(model="qwen3-next-80b-a3b", available_gib=value))
+
+
+def test_library_caps_slot_counts_that_would_exhaust_host_memory():
+    with pytest.raises(census.CensusError, match="more than the census builds"):
+        census.run(
+            census.Inputs(model="qwen3-next-80b-a3b", max_running_requests=10**9)
+        )
+
+
+def test_automatic_split_spends_the_verify_reservation_on_mamba_slots():
+    """Qwen3-Next TP 4, 100 GiB: a prefill target gets 2632 slots and 52.63 GiB of
+    KV (upstream 0.5.16-0.5.21: 1126 and 61.23; 0.5.22+ natively as the plugin)."""
+    tp, requests, draft, available = 4, 256, 4, 100.0
+    d = gdn_dims(load_config("qwen3-next-80b-a3b"), tp=tp)
+    per_slot = d["layers"] * (d["ssm"] + d["conv"])
+    result = census.run(
+        census.Inputs(
+            model="qwen3-next-80b-a3b",
+            tp=tp,
+            max_running_requests=requests,
+            speculative_num_draft_tokens=draft,
+            available_gib=available,
+        )
+    )
+    lean = automatic_split(
+        per_slot, available_gib=available, requests=requests, draft=draft, verify=False
+    )
+    verify = automatic_split(
+        per_slot, available_gib=available, requests=requests, draft=draft, verify=True
+    )
+    assert lean[0] == 2632 and round(lean[1], 2) == 52.63
+    assert verify[0] == 1126 and round(verify[1], 2) == 61.23
+    for role in census.ROLES:
+        for column in ("upstream", "plugin"):
+            lean_here = role == "prefill" and (
+                column == "plugin" or upstream_has("budget")
+            )
+            slots, kv_gib = lean if lean_here else verify
+            sized = result["capacity"][role][column]
+            assert sized["fits"] and sized["mamba_slots"] == slots, (role, column)
+            assert sized["kv_cache_gib"] == pytest.approx(kv_gib, rel=1e-12)
+            # The pool is built with the slots the sizing settled on.
+            pool = result["roles"][role][column]
+            assert pool["mamba_slots"] == slots
+            assert (
+                pool["components"]["ssm state"] == d["layers"] * (slots + 1) * d["ssm"]
+            )
+    change = result["capacity"]["prefill"]["change"]
+    if upstream_has("budget"):
+        assert change["mamba_slots"] == 0  # upstream with upstream: both lean
+    else:
+        assert change["mamba_slots"] == 2632 - 1126
+        assert change["kv_cache_bytes"] < 0
+
+
+def test_upstream_that_does_not_fit_is_reported_beside_the_plugin_capacity():
+    """Qwen3.5-397B TP 8, 30 GiB, 768 slots: state 17.2 GiB fits, state + verify
+    reservation does not (upstream stops the server); the plugin leaves 12.81 GiB."""
+    available, slots, requests, draft = 30.0, 768, 256, 4
+    d = gdn_dims(load_config("qwen3.5-397b-a17b"), tp=8)
+    per_slot = d["layers"] * (d["ssm"] + d["conv"])
+    result = census.run(
+        census.Inputs(
+            model="qwen3.5-397b-a17b",
+            tp=8,
+            available_gib=available,
+            max_mamba_cache_size=slots,
+        )
+    )
+    lean_kv = available - (slots + 1) * per_slot / GIB
+    verify_kv = lean_kv - (min(requests, slots // 3) + 1) * draft * per_slot / GIB
+    assert verify_kv < 0 < lean_kv
+    capacity = result["capacity"]
+    plugin = capacity["prefill"]["plugin"]
+    assert plugin["fits"] and plugin["kv_cache_gib"] == pytest.approx(lean_kv)
+    assert plugin["kv_cache_bytes"] == int(plugin["kv_cache_gib"] * GIB)
+    for role in ("decode", "null"):
+        for column in ("upstream", "plugin"):
+            assert not capacity[role][column]["fits"]
+            assert "no GPU memory for the KV cache" in capacity[role][column]["reason"]
+    assert capacity["prefill"]["upstream"]["fits"] == upstream_has("budget")
+    # Where upstream does not fit, its pool is the one the flags ask for.
+    assert result["roles"]["prefill"]["upstream"]["mamba_slots"] == slots

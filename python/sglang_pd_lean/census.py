@@ -12,7 +12,12 @@ runs the real ``HybridReqToTokenPool`` / ``MambaPool`` constructors. They run un
 counted from the tensors upstream asked for. Each role is built twice: inside
 ``role.upstream_behaviour()`` (every gate steps aside: upstream as released) and
 without it (the gates this SGLang needs, as the plugin registered them).
-Works on SGLang 0.5.16 to 0.5.23.
+With ``available_gib`` (the ``total_rest_memory`` SGLang's mamba sizing receives)
+each column first runs SGLang's sizing (``_handle_max_mamba_cache``,
+``config_from_budget``, ``resolve_max_num_reqs``) and builds its pool with the slot
+and request counts that settled on, as a server would; where SGLang would stop, the
+column says so with SGLang's reason. Bad input, and any error SGLang raises on a
+config, is a one-line ``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import atexit
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
+import stat
 import tempfile
 import types
 from collections.abc import Iterator
@@ -50,8 +57,30 @@ COMPONENTS = {
 }
 # Read only by TARGET_VERIFY (and the commit that follows it).
 VERIFY_ONLY = ("verify ssm snapshots", "verify conv windows", "replayssm rings")
+# Every named component, in the order reports show them (present, 0 where empty).
+COMPONENT_ORDER = (
+    "conv state",
+    "ssm state",
+    "verify ssm snapshots",
+    "verify conv windows",
+    "replayssm rings",
+    "req_to_token map",
+)
+
+# Caps that keep the host safe. SGLang's pools keep host-side free lists per slot
+# (about 1.3 GB of RSS at 2^20 request slots, 3 GB at 2^24, OOM at 10^9).
+MAX_SLOTS = 1 << 20
+MAX_CONFIG_BYTES = 16 << 20
+MAMBA_RADIX_CACHE_STRATEGIES = (
+    "auto",
+    "no_buffer",
+    "extra_buffer",
+    "extra_buffer_lazy",
+)
+SSM_DTYPES = ("float32", "bfloat16", "float16")
 
 
+GIB = 1 << 30
 _NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
 _SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
 
@@ -71,22 +100,59 @@ class Inputs:
     speculative_num_draft_tokens: int = 4
     mamba_ssm_dtype: str | None = None  # default: the model's
     context_length: int | None = None  # default: the model's
-    available_gib: float | None = None  # capacity rows: GPU memory left for state + KV
+    available_gib: float | None = None  # SGLang's total_rest_memory: sizes the pools
     disable_radix_cache: bool = False
+    page_size: int = 1
+    mamba_radix_cache_strategy: str | None = None  # default: ServerArgs' own
 
     def validate(self) -> None:
-        for name in (
-            "tp",
-            "pp",
-            "max_running_requests",
-            "speculative_num_draft_tokens",
-        ):
-            if getattr(self, name) <= 0:
-                raise CensusError(f"--{name.replace('_', '-')} must be positive")
-        for name in ("max_mamba_cache_size", "context_length", "available_gib"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise CensusError(f"--{name.replace('_', '-')} must be positive")
+        """Raise CensusError for anything the census cannot run on (library guard)."""
+        counts = {
+            "tp": self.tp,
+            "pp": self.pp,
+            "max_running_requests": self.max_running_requests,
+            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
+            "page_size": self.page_size,
+            "max_mamba_cache_size": self.max_mamba_cache_size,
+            "context_length": self.context_length,
+        }
+        for name, value in counts.items():
+            flag = f"--{name.replace('_', '-')}"
+            if value is None and name in ("max_mamba_cache_size", "context_length"):
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise CensusError(f"{flag} must be a whole number, got {value!r}")
+            if value <= 0:
+                raise CensusError(f"{flag} must be positive, got {value}")
+        for name in ("max_running_requests", "max_mamba_cache_size"):
+            value = counts[name]
+            if value is not None and value > MAX_SLOTS:
+                raise CensusError(
+                    f"--{name.replace('_', '-')} {value:,} is more than the census "
+                    f"builds ({MAX_SLOTS:,} slots)"
+                )
+        if self.available_gib is not None:
+            value = self.available_gib
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise CensusError(
+                    f"--available-gib must be a positive finite number, got {value!r}"
+                )
+        if self.mamba_ssm_dtype not in (None, *SSM_DTYPES):
+            raise CensusError(
+                f"--mamba-ssm-dtype must be one of {', '.join(SSM_DTYPES)}, "
+                f"got {self.mamba_ssm_dtype!r}"
+            )
+        if self.mamba_radix_cache_strategy not in (None, *MAMBA_RADIX_CACHE_STRATEGIES):
+            raise CensusError(
+                f"--mamba-radix-cache-strategy must be one of "
+                f"{', '.join(MAMBA_RADIX_CACHE_STRATEGIES)}, "
+                f"got {self.mamba_radix_cache_strategy!r}"
+            )
         if (self.model is None) == (self.config is None):
             raise CensusError("give exactly one of --model NAME or --config PATH")
 
@@ -112,25 +178,64 @@ def bundled_models() -> list[str]:
     )
 
 
-def read_config_dict(inputs: Inputs) -> dict:
+def config_path(inputs: Inputs) -> str:
+    """The config.json the census reads: a bundled model's, the file given, or the
+    config.json inside the folder given."""
     if inputs.model is not None:
         path = os.path.join(MODELS_DIR, f"{inputs.model}.json")
         if not os.path.isfile(path):
             raise CensusError(
                 f"unknown model {inputs.model!r}; bundled: {', '.join(bundled_models())}"
             )
-    else:
-        path = inputs.config
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
+        return path
+    path = inputs.config
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    return path
+
+
+def read_config_dict(inputs: Inputs) -> dict:
+    """The config as a dict; plain Python, so bad input is found before SGLang's
+    import. Reads a regular file of at most MAX_CONFIG_BYTES."""
+    path = config_path(inputs)
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise CensusError(f"cannot read config {path}: {exc}") from None
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+        if regular:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise CensusError(f"cannot read config {path}: {exc.strerror}") from None
+    if not regular:
+        raise CensusError(f"cannot read config {path}: not a regular file")
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise CensusError(
+            f"cannot read config {path}: larger than {MAX_CONFIG_BYTES >> 20} MiB, "
+            f"not a config.json"
+        )
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise CensusError(f"cannot read config {path}: {one_line(exc)}") from None
     if not isinstance(data, dict) or "model_type" not in data:
         raise CensusError(f"{path} is not a Hugging Face config.json (no model_type)")
     return data
+
+
+@contextlib.contextmanager
+def sglang_rejects(what: str) -> Iterator[None]:
+    """Any error SGLang raises in the block becomes one CensusError line."""
+    try:
+        yield
+    except CensusError:
+        raise
+    except Exception as exc:
+        raise CensusError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from exc
+
+
+def one_line(exc: BaseException, limit: int = 400) -> str:
+    """An exception's message on one line, at most ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _model_folders: dict[str, str] = {}
@@ -153,10 +258,8 @@ def model_config(data: dict, *, context_length: int | None) -> Any:
     from sglang.srt.configs.model_config import ModelConfig
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
+    with sglang_rejects("SGLang cannot load this config"):
         return ModelConfig(model_folder(data), context_length=context_length)
-    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
-        raise CensusError(f"SGLang cannot load this config: {exc}") from None
 
 
 def linear_state_config(mc) -> Any:
@@ -326,8 +429,10 @@ def component_bytes(pool) -> dict[str, int]:
 
 
 def summarize(components: dict[str, int]) -> dict:
+    every = {name: 0 for name in COMPONENT_ORDER}
+    every.update(components)
     return {
-        "components": dict(sorted(components.items())),
+        "components": dict(sorted(every.items())),
         "verify_only_bytes": sum(components.get(c, 0) for c in VERIFY_ONLY),
         "total_bytes": sum(components.values()),
     }
@@ -344,20 +449,30 @@ def _stage_layers(
 
 
 def server_fields(
-    inputs: Inputs, role: str, *, speculative: bool = True, sizing: bool = False
+    inputs: Inputs,
+    role: str,
+    *,
+    speculative: bool = True,
+    sizing: bool = False,
+    slots: int | None = None,
+    requests: int | None = None,
 ) -> dict:
     """ServerArgs fields for one role. ``sizing``: leave the mamba slot count to
-    upstream's budget code unless the operator set it."""
+    upstream's budget code unless the operator set it; ``slots`` / ``requests``:
+    the counts SGLang's sizing settled on, for building the pool."""
+    if slots is None:
+        slots = inputs.max_mamba_cache_size if sizing else inputs.mamba_slots
     fields = dict(
         disaggregation_mode=role,
-        max_running_requests=inputs.max_running_requests,
-        max_mamba_cache_size=(
-            inputs.max_mamba_cache_size if sizing else inputs.mamba_slots
-        ),
+        max_running_requests=requests or inputs.max_running_requests,
+        max_mamba_cache_size=slots,
         disable_radix_cache=inputs.disable_radix_cache,
         tp_size=inputs.tp,
         pp_size=inputs.pp,
+        page_size=inputs.page_size,
     )
+    if inputs.mamba_radix_cache_strategy is not None:
+        fields["mamba_radix_cache_strategy"] = inputs.mamba_radix_cache_strategy
     if speculative:
         fields.update(
             speculative_algorithm="EAGLE",
@@ -374,13 +489,51 @@ def server_fields(
     return fields
 
 
+# Config fields that name linear-attention layers, whatever the architecture.
+_LINEAR_FIELD_HINTS = (
+    "linear_attn",
+    "linear_num",
+    "linear_conv",
+    "mamba",
+    "ssm_state",
+    "hybrid_override_pattern",
+    "layers_block_type",
+)
+
+
+def linear_hints(data: dict) -> list[str]:
+    """Fields of a config.json that describe linear-attention layers."""
+    found = set()
+    text = data.get("text_config")
+    for section in (data, text if isinstance(text, dict) else {}):
+        for key, value in section.items():
+            if any(hint in key for hint in _LINEAR_FIELD_HINTS):
+                found.add(key)
+            elif key == "layer_types" and isinstance(value, list):
+                if any("linear" in str(v) or "mamba" in str(v) for v in value):
+                    found.add(key)
+    return sorted(found)
+
+
 def prepare(inputs: Inputs):
     """Validate inputs and load the model: (SGLang ModelConfig, linear-state config)."""
     inputs.validate()
     data = read_config_dict(inputs)
     mc = model_config(data, context_length=inputs.context_length)
-    linear = linear_state_config(mc)
+    with sglang_rejects("SGLang cannot read this config's linear-attention layers"):
+        linear = linear_state_config(mc)
     if linear is None:
+        import sglang
+
+        hints = linear_hints(data)
+        architecture = (mc.hf_config.architectures or [data["model_type"]])[0]
+        if hints:
+            raise CensusError(
+                f"SGLang {sglang.__version__} gives {architecture} no mamba pool, "
+                f"though its config describes linear-attention layers "
+                f"({', '.join(hints[:4])}): this SGLang does not run it as a hybrid "
+                f"model; nothing to count"
+            )
         raise CensusError(
             f"model_type {data['model_type']!r} has no linear-attention (mamba/GDN/KDA) "
             f"layers: it has no mamba state and nothing for this plugin to gate"
@@ -389,45 +542,100 @@ def prepare(inputs: Inputs):
 
 
 def size_budget(conf, available_gib: float, server_args) -> dict:
-    """Upstream's mamba sizing (``_handle_max_mamba_cache``) and KV sizing
-    (``config_from_budget``) for ``available_gib`` of memory after weights."""
-    kv_gib = conf._handle_max_mamba_cache(available_gib)
-    slots = setting("get_schedule", "max_mamba_cache_size", server_args)
-    tokens = conf.config_from_budget(int(kv_gib * (1 << 30))).max_total_num_tokens
+    """SGLang's start-up sizing from ``available_gib``, the ``total_rest_memory``
+    that ``_handle_max_mamba_cache`` receives: mamba slots, then the KV budget,
+    KV tokens and running requests as ``_resolve_memory_pool_config`` derives them.
+    Where SGLang would stop the server: ``fits`` False and SGLang's reason."""
+    from sglang.srt.model_executor.pool_configurator import (
+        create_memory_pool_configurator,
+    )
+
+    try:
+        kv_gib = conf._handle_max_mamba_cache(available_gib)
+        slots = int(setting("get_schedule", "max_mamba_cache_size", server_args))
+        if kv_gib <= 0:
+            return {
+                "fits": False,
+                "reason": f"the mamba budget leaves {kv_gib:.2f} GiB for the KV "
+                f"cache; SGLang stops: 'Loaded weights leave no GPU memory for the "
+                f"KV cache'",
+            }
+        config = conf.config_from_budget(int(kv_gib * GIB))
+        config.max_running_requests = conf.resolve_max_num_reqs(
+            config.max_total_num_tokens
+        )
+        config = create_memory_pool_configurator(
+            conf
+        ).finalize_with_max_running_requests(config)
+    except (RuntimeError, ValueError, AssertionError) as exc:
+        return {
+            "fits": False,
+            "reason": f"SGLang stops: {type(exc).__name__}: {one_line(exc)}",
+        }
     return {
+        "fits": True,
         "kv_cache_gib": kv_gib,
+        "kv_cache_bytes": int(kv_gib * GIB),
+        "kv_tokens": int(config.max_total_num_tokens),
+        "mamba_slots": slots,
+        "max_running_requests": int(config.max_running_requests),
         "mamba_state_and_verify_gib": available_gib - kv_gib,
-        "kv_tokens": int(tokens),
-        "mamba_slots": int(slots),
     }
 
 
-def capacity(inputs: Inputs, mc, layers: tuple[int, int]) -> dict:
-    """Per role: what the budget leaves for the KV cache, upstream vs plugin."""
-    roles: dict[str, dict] = {}
-    for role in ROLES:
-        sized = {}
-        for column in ("upstream", "plugin"):
-            fields = server_fields(inputs, role, sizing=True)
+def column_behaviour(column: str):
+    """``upstream``: every gate steps aside; ``plugin``: the gates as registered."""
+    return upstream_behaviour() if column == "upstream" else contextlib.nullcontext()
+
+
+def _change(upstream: dict, plugin: dict) -> dict | None:
+    if not (upstream["fits"] and plugin["fits"]):
+        return None
+    keys = ("kv_cache_bytes", "kv_tokens", "mamba_slots", "max_running_requests")
+    return {key: plugin[key] - upstream[key] for key in keys}
+
+
+def census_role(inputs: Inputs, mc, role: str, layers: tuple[int, int]) -> tuple:
+    """One role, upstream and plugin: (pool summaries, sizing rows or None).
+    With ``available_gib`` the pool is built with the slot and request counts
+    SGLang's sizing settled on (what the server allocates), else with the inputs'."""
+    pools, sizing = {}, {}
+    for column in ("upstream", "plugin"):
+        slots, requests = inputs.mamba_slots, inputs.max_running_requests
+        with column_behaviour(column):
+            if inputs.available_gib:
+                fields = server_fields(inputs, role, sizing=True)
+                with published(**fields) as server_args:
+                    conf = configurator(
+                        mc, server_args, is_draft_worker=False, layers=layers
+                    )
+                    with sglang_rejects("SGLang cannot size this model's pools"):
+                        sized = size_budget(conf, inputs.available_gib, server_args)
+                sizing[column] = sized
+                if sized["fits"]:
+                    slots, requests = (
+                        sized["mamba_slots"],
+                        sized["max_running_requests"],
+                    )
+                if slots > MAX_SLOTS:
+                    raise CensusError(
+                        f"--available-gib {inputs.available_gib:g} sizes {slots:,} "
+                        f"mamba slots, more than the census builds ({MAX_SLOTS:,}); "
+                        f"give --max-mamba-cache-size"
+                    )
+            fields = server_fields(inputs, role, slots=slots, requests=requests)
             with published(**fields) as server_args:
                 conf = configurator(
                     mc, server_args, is_draft_worker=False, layers=layers
                 )
-                context = (
-                    upstream_behaviour()
-                    if column == "upstream"
-                    else contextlib.nullcontext()
-                )
-                with context:
-                    sized[column] = size_budget(conf, inputs.available_gib, server_args)
-        up, lean = sized["upstream"], sized["plugin"]
-        sized["regained"] = {
-            "kv_cache_gib": lean["kv_cache_gib"] - up["kv_cache_gib"],
-            "kv_tokens_ratio": lean["kv_tokens"] / up["kv_tokens"],
-            "mamba_slots_ratio": lean["mamba_slots"] / up["mamba_slots"],
-        }
-        roles[role] = sized
-    return roles
+                with sglang_rejects("SGLang cannot build this model's request pool"):
+                    pool = build_request_pool(conf, requests)
+        pools[column] = summarize(component_bytes(pool))
+        pools[column].update(mamba_slots=slots, request_slots=requests)
+    if not inputs.available_gib:
+        return pools, None
+    sizing["change"] = _change(sizing["upstream"], sizing["plugin"])
+    return pools, sizing
 
 
 def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
@@ -502,6 +710,7 @@ def ssm_dtype(dtype: str | None) -> Iterator[None]:
 
 def run(inputs: Inputs) -> dict:
     """The census: roles -> upstream/plugin -> components, verify-only and total bytes."""
+    inputs.validate()
     with ssm_dtype(inputs.mamba_ssm_dtype):
         return _run(inputs)
 
@@ -510,34 +719,35 @@ def _run(inputs: Inputs) -> dict:
     import sglang
 
     mc, linear = prepare(inputs)
-    roles: dict[str, dict] = {}
     check_tp_heads(linear, inputs.tp)
     with parallel(tp=inputs.tp):
         # 0.5.23 reads parallel config leaves from the published configuration too.
         with published(**server_fields(inputs, "null")):
-            try:
+            with sglang_rejects(
+                f"SGLang cannot shape the mamba state at --tp {inputs.tp}"
+            ):
                 cache_params = linear.mamba2_cache_params
-            except (AssertionError, ValueError, ZeroDivisionError) as exc:
-                raise CensusError(
-                    f"--tp {inputs.tp} does not fit this model: {exc}"
-                ) from None
-        layers = _stage_layers(
-            mc.num_hidden_layers, inputs.pp, list(cache_params.layers)
-        )
+        linear_layers = list(cache_params.layers)
+        if not linear_layers:
+            raise CensusError(
+                f"none of this config's {mc.num_hidden_layers} layers is a "
+                f"linear-attention layer for SGLang: no mamba state to count"
+            )
+        if inputs.pp > mc.num_hidden_layers:
+            raise CensusError(
+                f"--pp {inputs.pp} is more than this model's "
+                f"{mc.num_hidden_layers} layers"
+            )
+        layers = _stage_layers(mc.num_hidden_layers, inputs.pp, linear_layers)
+        roles, capacity_rows = {}, {}
         for role in ROLES:
-            with published(**server_fields(inputs, role)) as server_args:
-                conf = configurator(
-                    mc, server_args, is_draft_worker=False, layers=layers
-                )
-                with upstream_behaviour():
-                    upstream = build_request_pool(conf, inputs.max_running_requests)
-                plugin = build_request_pool(conf, inputs.max_running_requests)
-            roles[role] = {
-                "upstream": summarize(component_bytes(upstream)),
-                "plugin": summarize(component_bytes(plugin)),
-            }
+            roles[role], capacity_rows[role] = census_role(inputs, mc, role, layers)
         warmup_rows = warmup(inputs, mc)
-        capacity_rows = capacity(inputs, mc, layers) if inputs.available_gib else None
+    if roles["null"]["upstream"]["components"]["ssm state"] == 0:
+        raise CensusError(
+            f"SGLang gives this config's {len(linear_layers)} linear-attention layers "
+            f"0 bytes of ssm state (0 value heads or a head dim of 0): nothing to count"
+        )
     result = {
         "sglang_version": sglang.__version__,
         "model": inputs.model or os.path.abspath(inputs.config),
@@ -550,11 +760,13 @@ def _run(inputs: Inputs) -> dict:
             "speculative_num_draft_tokens": inputs.speculative_num_draft_tokens,
             "mamba_ssm_dtype": str(cache_params.dtype.temporal).replace("torch.", ""),
             "context_length": mc.context_len,
+            "page_size": inputs.page_size,
+            "mamba_radix_cache_strategy": inputs.mamba_radix_cache_strategy,
         },
         "roles": roles,
         "warmup": warmup_rows,
     }
-    if capacity_rows is not None:
+    if inputs.available_gib:
         result["inputs"]["available_gib"] = inputs.available_gib
         result["inputs"]["mamba_sizing"] = (
             "explicit (--max-mamba-cache-size)"

@@ -1,0 +1,7 @@
+"""``python -m sglang_pd_lean``: the ``sglang-pd-lean`` command."""
+
+import sys
+
+from sglang_pd_lean.cli import main
+
+sys.exit(main())

@@ -1,0 +1,543 @@
+"""The ``sglang-pd-lean`` command: report and doctor output, every kind of bad
+input (one line on stderr, exit code 2, never a traceback), the host-safety caps,
+signals, and the conventions (--version, python -m, --json, defaults in --help)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import NATIVE_FROM, upstream_has
+from test_census import GIB, gdn_dims, gdn_expected, load_config
+
+from sglang_pd_lean import census, cli, compat
+from sglang_pd_lean.gates import Hook
+from sglang_pd_lean.units import human_bytes
+
+PACKAGE_ROOT = os.path.join(os.path.dirname(__file__), "..", "python")
+E2E_FLAGS = [
+    "--page-size",
+    "1",
+    "--context-length",
+    "2048",
+    "--max-running-requests",
+    "8",
+    "--speculative-num-draft-tokens",
+    "2",
+    "--mamba-radix-cache-strategy",
+    "no_buffer",
+]
+
+
+def report(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["report", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def report_json(capsys, *args: str) -> dict:
+    code, out, err = report(capsys, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def tiny_model(folder) -> str:
+    """The e2e tests' tiny Qwen3-Next (3 GDN + 1 full attention layer, hidden 128)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "e2e"))
+    try:
+        from tiny_model import CONFIG
+    finally:
+        sys.path.pop(0)
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    return str(folder)
+
+
+def write_config(tmp_path, **changes) -> str:
+    """The bundled Qwen3-Next config with ``changes`` (None: drop the field)."""
+    cfg = load_config("qwen3-next-80b-a3b")
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key)
+        else:
+            cfg[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def table_row(out: str, label: str) -> list[str]:
+    """The cells of the table row ``label`` (cells are separated by 2+ spaces)."""
+    for line in out.splitlines():
+        if line.startswith(label + "  "):
+            return re.split(r"\s{2,}", line[len(label) :].strip())
+    raise AssertionError(f"no row {label!r} in\n{out}")
+
+
+# ---------------------------------------------------------------- report output
+
+
+def test_table_shows_the_worked_example_figures(capsys):
+    """docs/memory-model.md's Qwen3.5-397B TP 8 example, cell by cell."""
+    code, out, _ = report(capsys, "--model", "qwen3.5-397b-a17b", "--tp", "8")
+    assert code == 0
+    expected = gdn_expected("qwen3.5-397b-a17b", tp=8, requests=256, slots=768, draft=4)
+    for component, nbytes in expected.items():
+        cells = table_row(out, component)
+        verify = component.startswith("verify")
+        lean = 0 if verify else nbytes
+        prefill_upstream = 0 if verify and upstream_has("pool") else nbytes
+        assert (
+            cells
+            == [human_bytes(v) for v in (prefill_upstream, lean)]
+            + [human_bytes(nbytes)] * 4
+        ), component
+    assert table_row(out, "mamba slots") == ["768"] * 6
+    assert table_row(out, "request slots") == ["256"] * 6
+    snapshots = expected["verify ssm snapshots"] + expected["verify conv windows"]
+    given_back = "0 B" if upstream_has("pool") else "-" + human_bytes(snapshots)
+    assert table_row(out, "change with plugin") == [given_back, "0 B", "0 B"]
+
+
+def test_table_columns_align_and_small_pools_read_in_small_units(tmp_path, capsys):
+    code, out, _ = report(capsys, "--config", tiny_model(tmp_path / "tiny"), *E2E_FLAGS)
+    assert code == 0
+    lines = out.split("\n\n")[1].splitlines()  # the grid
+    full = [line for line in lines if len(re.split(r"\s{2,}", line.strip())) == 7]
+    assert len(full) >= 8
+    assert len({len(line) for line in full}) == 1  # right edges line up
+    assert len(lines[0]) == len(full[0])  # so do the role titles
+    assert not re.search(r"(?<![\d.])0\.00 ", out)  # no "0.00 GiB" for a small pool
+    assert table_row(out, "ssm state")[0].endswith(" MiB")
+    assert table_row(out, "other bookkeeping")[0].endswith(" B")
+
+
+def test_json_has_every_component_and_the_pool_counts(capsys):
+    result = report_json(capsys, "--model", "kimi-linear-48b-a3b", "--tp", "2")
+    for role in census.ROLES:
+        for column in ("upstream", "plugin"):
+            entry = result["roles"][role][column]
+            assert set(census.COMPONENT_ORDER) <= set(entry["components"])
+            assert entry["mamba_slots"] == 768 and entry["request_slots"] == 256
+    assert result["roles"]["prefill"]["plugin"]["components"][
+        "verify ssm snapshots"
+    ] == (0)
+    assert set(result["plugin_gates"]) == set(NATIVE_FROM) | {"replayssm"}
+
+
+def test_upstream_that_does_not_fit_shows_sglangs_reason(capsys):
+    """The case the plugin exists for: a traceback before, now a table."""
+    args = ["--model", "qwen3.5-397b-a17b", "--tp", "8", "--available-gib", "30"]
+    code, out, err = report(capsys, *args, "--max-mamba-cache-size", "768")
+    assert code == 0 and err == ""
+    kv = table_row(out, "KV cache")
+    d = gdn_dims(load_config("qwen3.5-397b-a17b"), tp=8)
+    lean_kv = int((30 - 769 * d["layers"] * (d["ssm"] + d["conv"]) / GIB) * GIB)
+    assert kv[1] == human_bytes(lean_kv)
+    assert kv[2:] == ["does not fit"] * 4
+    assert (kv[0] == "does not fit") != upstream_has("budget")
+    notes = [line for line in out.splitlines() if line.startswith("does not fit (")]
+    assert len(notes) == 1 and "no GPU memory for the KV cache" in notes[0]
+    assert "upstream decode target" in notes[0]
+
+
+def test_automatic_split_is_reported_as_slots_bought_and_kv_lost(capsys):
+    code, out, _ = report(
+        capsys, "--model", "qwen3-next-80b-a3b", "--tp", "4", "--available-gib", "100"
+    )
+    assert code == 0
+    assert "regained" not in out
+    kv = table_row(out, "KV cache")
+    assert kv[1] == "52.63 GiB"
+    assert kv[0] == ("52.63 GiB" if upstream_has("budget") else "61.23 GiB")
+    slots = table_row(out, "mamba slots")
+    assert slots[1] == "2,632"
+    assert slots[0] == ("2,632" if upstream_has("budget") else "1,126")
+    if not upstream_has("budget"):
+        assert (
+            "prefill target with the plugin: +1,506 mamba slots, KV cache -8.60 GiB"
+            in out
+        )
+    assert "Automatic split" in out
+
+
+def test_report_reproduces_the_e2e_servers_sizing_inputs(tmp_path, capsys):
+    """The e2e server's flags and a model folder; --available-gib used exactly
+    (rounding it to 4 digits moves the KV budget by bytes)."""
+    folder = tiny_model(tmp_path / "tiny")
+    exact = "0.0123456789"
+    result = report_json(
+        capsys, "--config", folder, *E2E_FLAGS, "--available-gib", exact
+    )
+    assert result["inputs"]["available_gib"] == float(exact)
+    assert result["inputs"]["page_size"] == 1
+    assert result["inputs"]["mamba_radix_cache_strategy"] == "no_buffer"
+    cfg = json.loads((tmp_path / "tiny" / "config.json").read_text())
+    d = gdn_dims(cfg, tp=1)
+    per_slot = d["layers"] * (d["ssm"] + d["conv"])
+    lean = result["capacity"]["prefill"]["plugin"]
+    share = float(exact) * 0.9 / 1.9 * GIB
+    slots = int((share - per_slot) // per_slot)
+    assert lean["mamba_slots"] == slots
+    assert lean["kv_cache_bytes"] == int(
+        (float(exact) - (slots + 1) * per_slot / GIB) * GIB
+    )
+    assert lean["max_running_requests"] == 8
+    pool = result["roles"]["prefill"]["plugin"]
+    assert pool["mamba_slots"] == slots
+    assert pool["components"]["ssm state"] == d["layers"] * (slots + 1) * d["ssm"]
+    assert pool["components"]["conv state"] == d["layers"] * (slots + 1) * d["conv"]
+
+
+def test_page_size_aligns_the_kv_tokens(capsys):
+    args = ["--model", "qwen3-next-80b-a3b", "--tp", "4", "--available-gib", "50"]
+    one = report_json(capsys, *args)["capacity"]["null"]["upstream"]["kv_tokens"]
+    paged = report_json(capsys, *args, "--page-size", "64")
+    tokens = paged["capacity"]["null"]["upstream"]["kv_tokens"]
+    assert tokens % 64 == 0 and one - 64 < tokens <= one
+
+
+# ---------------------------------------------------------------------- the PNG
+
+
+def test_png_is_written_to_exactly_the_path_given(tmp_path, capsys):
+    for name in ("chart", "chart.pdf"):
+        path = tmp_path / name
+        code, _, err = report(
+            capsys, "--model", "kimi-linear-48b-a3b", "--tp", "2", "--png", str(path)
+        )
+        assert code == 0
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert str(path) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart", "chart.pdf"]
+
+
+def test_png_legend_uses_the_table_rows_and_covers_no_bar(capsys):
+    result = report_json(capsys, "--model", "qwen3-next-80b-a3b", "--tp", "4")
+    fig = cli.chart(result)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    names = [t.get_text() for t in legend.get_texts()]
+    rows = [label for label, _ in cli.component_rows(result["roles"])]
+    assert names == rows[::-1]
+    box = legend.get_window_extent()
+    bars = [p.get_window_extent() for p in ax.patches if p.get_height() > 0]
+    assert bars and not any(box.overlaps(bar) for bar in bars)
+
+
+# ------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model", "no-such-model"], "unknown model"),
+        (["--config", "/no/such/config.json"], "cannot read config"),
+        (["--config", "/dev/zero"], "not a regular file"),
+        (["--tp", "3"], "does not divide"),
+        (["--tp", "0"], "must be positive"),
+        (["--max-running-requests", "-4"], "must be positive"),
+        (["--speculative-num-draft-tokens", "0"], "must be positive"),
+        (["--available-gib", "nan"], "positive finite"),
+        (["--available-gib", "inf"], "positive finite"),
+        (["--available-gib", "-1"], "positive finite"),
+        (["--max-running-requests", "1000000000"], "more than the census builds"),
+        (["--max-mamba-cache-size", "1000000000"], "more than the census builds"),
+        (["--pp", "49"], "more than this model's 48 layers"),
+        (["--png", "/no/such/dir/chart.png"], "cannot write --png"),
+        (["--png", "/"], "it is a folder"),
+        (["--available-gib", "1000000000"], "more than the census builds"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
+    if "--model" not in args and "--config" not in args:
+        args = ["--model", "qwen3-next-80b-a3b", "--tp", "4", *args]
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(cli.main(["report", *args]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        (dict(num_hidden_layers=0), "none of this config's 0 layers"),
+        (dict(full_attention_interval=1), "none of this config's 48 layers"),
+        (dict(linear_num_value_heads=0), "0 bytes of ssm state"),
+        (dict(hidden_size="wide"), "SGLang cannot load this config"),
+        (dict(linear_conv_kernel_dim=-3), "negative dimension"),
+    ],
+)
+def test_a_config_sglang_rejects_or_empties_is_one_line(
+    changes, message, tmp_path, capsys
+):
+    code, out, err = report(capsys, "--config", write_config(tmp_path, **changes))
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_an_architecture_this_sglang_gives_no_mamba_pool_is_named(tmp_path, capsys):
+    """Jamba has mamba layers, but SGLang builds it no mamba pool: say so."""
+    from transformers import JambaConfig
+
+    cfg = JambaConfig(
+        num_hidden_layers=8,
+        hidden_size=256,
+        intermediate_size=512,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=1000,
+        num_experts=2,
+    ).to_dict()
+    cfg["architectures"] = ["JambaForCausalLM"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    code, _, err = report(capsys, "--config", str(tmp_path))
+    assert code == 2
+    assert "gives JambaForCausalLM no mamba pool" in err
+    assert "no linear-attention" not in err
+
+
+def test_model_without_linear_attention_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": 256,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    code, _, err = report(capsys, "--config", str(tmp_path))
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "no linear-attention" in lines[0]
+
+
+def test_oversized_config_is_not_read_whole(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    with open(path, "wb") as f:
+        f.truncate(census.MAX_CONFIG_BYTES + 1)
+    code, _, err = report(capsys, "--config", str(path))
+    assert code == 2 and "larger than" in err
+
+
+def test_unreadable_config_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{not json")
+    code, _, err = report(capsys, "--config", str(tmp_path))
+    assert code == 2 and "cannot read config" in err
+
+
+@pytest.mark.parametrize("flag", ["--tp", "--pp", "--max-running-requests"])
+def test_cli_guard_rejects_zero_on_its_own(flag, capsys):
+    """The parser's own check, with the library never reached."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.build_parser().parse_args(["report", flag, "0"])
+    assert exit_info.value.code == 2
+    assert "must be positive" in capsys.readouterr().err
+
+
+def run_cli(*args: str, env: dict | None = None, python: list[str] | None = None):
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("SGLANG_PD_LEAN", None)
+    return subprocess.run(
+        [*(python or [sys.executable]), "-m", "sglang_pd_lean", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "no-such-model"],
+        ["--config", "/no/such/config.json"],
+        ["--config", os.devnull],
+        ["--model", "qwen3-next-80b-a3b", "--png", "/no/such/dir/chart.png"],
+    ],
+)
+def test_input_errors_are_found_before_sglang_is_imported(args):
+    code = (
+        "import sys; from sglang_pd_lean import cli; "
+        f"code = cli.main(['report', *{args!r}]); "
+        "print(code, 'sglang' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["2", "False"], done.stderr
+
+
+def test_sglang_not_installed_is_said_in_words():
+    """``python -S``: no site-packages, so no SGLang; the package from the source tree."""
+    python = [sys.executable, "-S"]
+    env = {"PYTHONPATH": os.path.abspath(PACKAGE_ROOT)}
+    done = run_cli("report", "--model", "qwen3-next-80b-a3b", env=env, python=python)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SGLang is not installed" in lines[0]
+    doctor = run_cli("doctor", env=env, python=python)
+    assert doctor.returncode == 1
+    assert (
+        doctor.stdout.startswith("SGLang: not installed")
+        and "None" not in doctor.stdout
+    )
+    version = run_cli("--version", env=env, python=python)
+    assert version.stdout.strip().endswith("(SGLang not installed)")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_ends_report_with_one_line_and_no_temporary_folder(signum, tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("SGLANG_PD_LEAN", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sglang_pd_lean",
+            "report",
+            "--model",
+            "qwen3-next-80b-a3b",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("sglang-pd-lean-model-*")):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("sglang-pd-lean: ")
+    assert not list(tmp_path.glob("sglang-pd-lean-model-*"))
+
+
+# ---------------------------------------------------------------- conventions
+
+
+def test_version_names_the_plugin_and_sglang(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"sglang-pd-lean 0.1.0 (SGLang {compat.sglang_version()})"
+
+
+def test_python_dash_m_runs_the_command():
+    done = run_cli("report", "--list-models")
+    assert done.returncode == 0 and "qwen3-next-80b-a3b" in done.stdout.split()
+
+
+def test_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["report", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "request slots (default: 256)" in text
+    assert "draft tokens per verify step (default: 4)" in text
+    assert "KV cache page size (default: 1)" in text
+
+
+def test_list_models_lists_the_bundled_configs(capsys):
+    assert cli.main(["report", "--list-models"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {
+        "qwen3-next-80b-a3b",
+        "qwen3.5-397b-a17b",
+        "kimi-linear-48b-a3b",
+        "nemotron-h-8b",
+    } <= set(listed)
+
+
+# ---------------------------------------------------------------------- doctor
+
+
+def doctor(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["doctor", *args])
+    return code, capsys.readouterr().out
+
+
+def test_doctor_is_healthy_on_this_sglang(capsys):
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["healthy"] and report["supported"]
+    assert [g["name"] for g in report["gates"]] == list(NATIVE_FROM) + ["replayssm"]
+    for gate in report["gates"]:
+        if gate["name"] in NATIVE_FROM:
+            native = upstream_has(gate["name"])
+            assert (gate["state"] == compat.NATIVE) == native, gate
+
+
+def test_doctor_fails_on_an_unsupported_release(monkeypatch, capsys):
+    monkeypatch.setattr(compat, "sglang_version", lambda: "0.5.99")
+    code, out = doctor(capsys)
+    assert code == 1 and "supported: no" in out
+
+
+def fake_plan(state: str, target: str) -> list:
+    def hook(original, *args, **kwargs):
+        return original(*args, **kwargs)
+
+    return [
+        compat.GatePlan("pool", "test gate", state, "", [Hook(target, hook, "AROUND")])
+    ]
+
+
+def test_doctor_fails_on_a_missing_hook_target(monkeypatch, capsys):
+    target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.gone"
+    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.NEEDED, target))
+    code, out = doctor(capsys)
+    assert code == 1 and f"missing hook target: {target}" in out
+
+
+def test_doctor_names_the_import_error_of_a_hooked_module(
+    monkeypatch, tmp_path, capsys
+):
+    (tmp_path / "broken_hooked_module.py").write_text(
+        "import a_dependency_that_is_not_installed\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = "broken_hooked_module.function"
+    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.NEEDED, target))
+    code, out = doctor(capsys)
+    assert code == 1
+    assert "No module named 'a_dependency_that_is_not_installed'" in out
+
+
+def test_doctor_fails_on_an_unhandled_gate(monkeypatch, capsys):
+    target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.__init__"
+    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.UNHANDLED, target))
+    code, out = doctor(capsys)
+    assert code == 1 and "unhandled: pool" in out
+
+
+def test_doctor_under_the_kill_switch_still_calls_native_gates_native(
+    monkeypatch, capsys
+):
+    monkeypatch.setenv(compat.KILL_SWITCH, "0")
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert report["kill_switch"] is True
+    for gate in report["gates"]:
+        if gate["name"] not in NATIVE_FROM:
+            continue
+        expected = compat.NATIVE if upstream_has(gate["name"]) else compat.DISABLED
+        assert gate["state"] == expected, gate
