@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -215,11 +214,6 @@ class Server:
         if body is None:
             raise self.fail("GET /server_info failed")
         return json.loads(body)
-
-    def lines(self, pattern: str) -> list[re.Match]:
-        """Every match of ``pattern`` in the log, one per line, in order."""
-        regex = re.compile(pattern)
-        return [m for m in map(regex.search, self.log.splitlines()) if m]
 
 
 def _signal_group(pid: int, sig: int) -> None:
