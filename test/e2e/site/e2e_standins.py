@@ -47,50 +47,50 @@ def _rotary_embedding(*args, **kwargs):
     )
 
 
-def _no_kv_copy_warmup_launch(original):
-    @functools.wraps(original)
-    def init_kv_copy_and_warmup(pool, *args, **kwargs):
-        module = sys.modules[MEMORY_POOL]
-        kernel = module.copy_all_layer_kv_cache_func
-        module.copy_all_layer_kv_cache_func = lambda *a, **k: None
-        try:
-            return original(pool, *args, **kwargs)
-        finally:
-            module.copy_all_layer_kv_cache_func = kernel
+def _while_replaced(original, owner, name: str, stand_in):
+    """``original`` (a method) with ``owner.name`` replaced by ``stand_in`` only while
+    it runs; ``stand_in`` receives the replaced value. ``owner``: an object, or a
+    callable returning it (for what is imported later)."""
 
-    return init_kv_copy_and_warmup
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        target = owner() if callable(owner) else owner
+        replaced = getattr(target, name)
+        setattr(target, name, stand_in(replaced))
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            setattr(target, name, replaced)
+
+    return method
+
+
+def _no_kv_copy_warmup_launch(original):
+    return _while_replaced(
+        original,
+        lambda: sys.modules[MEMORY_POOL],
+        "copy_all_layer_kv_cache_func",
+        lambda kernel: lambda *args, **kwargs: None,
+    )
 
 
 def _no_cuda_synchronize(original):
-    @functools.wraps(original)
-    def set_embed_and_head(model, *args, **kwargs):
-        import torch
+    import torch
 
-        synchronize = torch.cuda.synchronize
-        torch.cuda.synchronize = lambda *a, **k: None
-        try:
-            return original(model, *args, **kwargs)
-        finally:
-            torch.cuda.synchronize = synchronize
-
-    return set_embed_and_head
+    return _while_replaced(
+        original, torch.cuda, "synchronize", lambda sync: lambda *a, **k: None
+    )
 
 
 def _cpu_device_module(original):
-    @functools.wraps(original)
-    def init(layer, *args, **kwargs):
-        import torch
+    import torch
 
-        get_device_module = torch.get_device_module
-        torch.get_device_module = lambda device=None: (
-            torch.cpu if device is None else get_device_module(device)
-        )
-        try:
-            return original(layer, *args, **kwargs)
-        finally:
-            torch.get_device_module = get_device_module
-
-    return init
+    return _while_replaced(
+        original,
+        torch,
+        "get_device_module",
+        lambda get: lambda device=None: torch.cpu if device is None else get(device),
+    )
 
 
 # module -> [(class, method, wrapper)], applied right after the module is imported.
