@@ -35,37 +35,18 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from sglang_pd_lean.accounting import (
+    COMPONENT_ORDER,
+    COMPONENTS,
+    VERIFY_ONLY,
+    component_bytes,
+    pool_tensors,
+)
 from sglang_pd_lean.role import setting, upstream_behaviour
 
 ROLES = ("prefill", "decode", "null")
 DEFAULT_MODEL = "qwen3-next-80b-a3b"
 MODELS_DIR = os.path.join(os.path.dirname(__file__), "models")
-
-# Tensors of the request pool, by the attribute upstream stores them under.
-COMPONENTS = {
-    "conv": "conv state",
-    "temporal": "ssm state",
-    "intermediate_ssm": "verify ssm snapshots",
-    "intermediate_conv_window": "verify conv windows",
-    "replayssm_d": "replayssm rings",
-    "replayssm_k": "replayssm rings",
-    "replayssm_g": "replayssm rings",
-    "replayssm_rawv": "replayssm rings",
-    "replayssm_rawk": "replayssm rings",
-    "replayssm_beta": "replayssm rings",
-    "req_to_token": "req_to_token map",
-}
-# Read only by TARGET_VERIFY (and the commit that follows it).
-VERIFY_ONLY = ("verify ssm snapshots", "verify conv windows", "replayssm rings")
-# Every named component, in the order reports show them (present, 0 where empty).
-COMPONENT_ORDER = (
-    "conv state",
-    "ssm state",
-    "verify ssm snapshots",
-    "verify conv windows",
-    "replayssm rings",
-    "req_to_token map",
-)
 
 # Caps that keep the host safe. SGLang's pools keep host-side free lists per slot
 # (about 1.3 GB of RSS at 2^20 request slots, 3 GB at 2^24, OOM at 10^9).
@@ -377,55 +358,6 @@ def build_request_pool(conf, max_num_reqs: int, *, fake: bool = True):
             del os.environ[_NO_KERNEL_WARMUP]
         else:
             os.environ[_NO_KERNEL_WARMUP] = saved
-
-
-def pool_tensors(pool) -> dict[str, Any]:
-    """Every tensor of the request pool and its mamba state, by upstream's names."""
-    import torch
-
-    found: dict[str, Any] = {}
-
-    def add(name: str, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            found[name] = value
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                if isinstance(item, torch.Tensor):
-                    found[f"{name}[{i}]"] = item
-
-    for name, value in vars(pool).items():
-        add(name, value)
-    mamba_pool = getattr(pool, "mamba_pool", None)
-    if mamba_pool is not None:
-        for name, value in vars(mamba_pool).items():
-            if name != "mamba_cache":
-                add(f"mamba_pool.{name}", value)
-        cache = mamba_pool.mamba_cache
-        for f in dataclasses.fields(cache):
-            add(f.name, getattr(cache, f.name))
-    return found
-
-
-def component_bytes(pool) -> dict[str, int]:
-    """Bytes per component, each physical storage counted once (views share it)."""
-    seen: dict[int, str] = {}
-    sizes: dict[int, int] = {}
-    # Named state first, so a storage is filed under its upstream state name.
-    tensors = sorted(
-        pool_tensors(pool).items(), key=lambda kv: kv[0].split("[")[0] not in COMPONENTS
-    )
-    for name, tensor in tensors:
-        storage = tensor.untyped_storage()
-        key = storage._cdata
-        if key in seen:
-            continue
-        base = name.split("[")[0]
-        seen[key] = COMPONENTS.get(base, base.replace("mamba_pool.", "other: "))
-        sizes[key] = storage.nbytes()
-    totals: dict[str, int] = {}
-    for key, component in seen.items():
-        totals[component] = totals.get(component, 0) + sizes[key]
-    return totals
 
 
 def summarize(components: dict[str, int]) -> dict:

@@ -68,19 +68,14 @@ def verify_state_bytes(original, configurator, *args, **kwargs) -> dict[str, int
     try:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        from sglang_pd_lean import census
+        from sglang_pd_lean.accounting import component_bytes, verify_only
 
         pool_logger = logging.getLogger(_POOL_LOGGER)
         with contextlib.ExitStack() as stack:
             stack.enter_context(temporarily(pool_logger, disabled=True))
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
             phantom = original(configurator, *args, **kwargs)
-        components = census.component_bytes(phantom)
-        return {
-            name: components[name]
-            for name in census.VERIFY_ONLY
-            if components.get(name)
-        }
+        return verify_only(component_bytes(phantom))
     except Exception as exc:  # a log figure never breaks a start-up
         logger.debug(f"[sglang-pd-lean] pool gate: verify state not measured: {exc!r}")
         return {}
