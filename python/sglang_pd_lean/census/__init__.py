@@ -1,0 +1,97 @@
+"""Per-role, per-component byte census of a hybrid model's request pool, with no GPU.
+
+    from sglang_pd_lean import census
+    result = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4))
+    result["roles"]["prefill"]["upstream"]["verify_only_bytes"]
+
+The census walks SGLang's own start-up road on a CPU: the model's config through
+SGLang's config loader, SGLang's cache parameters, a real ``KVCacheConfigurator``
+(built as the plain dataclass it is) and its ``_build_req_to_token_pool``, which
+runs the real ``HybridReqToTokenPool`` / ``MambaPool`` constructors. They run under
+``FakeTensorMode``, so their CUDA allocations cost nothing and every byte is
+counted from the tensors upstream asked for. Each role is built twice: inside
+``role.upstream_behaviour()`` (every gate steps aside: upstream as released) and
+without it (the gates this SGLang needs, as the plugin registered them).
+With ``available_gib`` (the ``total_rest_memory`` SGLang's mamba sizing receives)
+each column first runs SGLang's sizing (``_handle_max_mamba_cache``,
+``config_from_budget``, ``resolve_max_num_reqs``) and builds its pool with the slot
+and request counts that settled on, as a server would; where SGLang would stop, the
+column says so with SGLang's reason. Bad input, and any error SGLang raises on a
+config, is a one-line ``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
+
+Modules, one job each: ``inputs`` (what the operator asks, checked before SGLang's
+import), ``model`` (SGLang's model and linear-state configs), ``pools`` (the
+configurator and the request pool under fake tensors), ``sizing`` (SGLang's budget
+code), ``warmup`` (transient buffers) and ``roles`` (the road, role by role). The
+runtime plugin never imports this package; bytes per component come from
+``sglang_pd_lean.accounting``.
+"""
+
+from sglang_pd_lean.accounting import (
+    COMPONENT_ORDER,
+    COMPONENTS,
+    VERIFY_ONLY,
+    component_bytes,
+    pool_tensors,
+)
+from sglang_pd_lean.census.inputs import (
+    DEFAULT_MODEL,
+    MAMBA_RADIX_CACHE_STRATEGIES,
+    MAX_CONFIG_BYTES,
+    MAX_SLOTS,
+    MODELS_DIR,
+    ROLES,
+    SSM_DTYPES,
+    CensusError,
+    Inputs,
+    bundled_models,
+    config_path,
+    one_line,
+    read_config_dict,
+    sglang_rejects,
+)
+from sglang_pd_lean.census.model import model_config, prepare
+from sglang_pd_lean.census.pools import (
+    build_request_pool,
+    configurator,
+    parallel,
+    published,
+    server_fields,
+    summarize,
+)
+from sglang_pd_lean.census.roles import run
+from sglang_pd_lean.census.sizing import size_budget
+from sglang_pd_lean.census.warmup import autotune_buffer_bytes
+
+__all__ = [
+    "COMPONENTS",
+    "COMPONENT_ORDER",
+    "DEFAULT_MODEL",
+    "MAMBA_RADIX_CACHE_STRATEGIES",
+    "MAX_CONFIG_BYTES",
+    "MAX_SLOTS",
+    "MODELS_DIR",
+    "ROLES",
+    "SSM_DTYPES",
+    "VERIFY_ONLY",
+    "CensusError",
+    "Inputs",
+    "autotune_buffer_bytes",
+    "build_request_pool",
+    "bundled_models",
+    "component_bytes",
+    "config_path",
+    "configurator",
+    "model_config",
+    "one_line",
+    "parallel",
+    "pool_tensors",
+    "prepare",
+    "published",
+    "read_config_dict",
+    "run",
+    "server_fields",
+    "sglang_rejects",
+    "size_budget",
+    "summarize",
+]

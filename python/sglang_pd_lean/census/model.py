@@ -1,0 +1,131 @@
+"""The model as SGLang sees it: its ``ModelConfig``, its linear-attention state config,
+the pipeline stage that sets the peak, and the ssm dtype the server would use.
+
+    mc, linear = prepare(inputs)  # SGLang's own config classes and loader
+    layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
+
+SGLang reads a model folder; the census writes the config.json it was given into a
+temporary folder (one per distinct config, removed at exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from sglang_pd_lean.census.inputs import (
+    CensusError,
+    Inputs,
+    linear_hints,
+    read_config_dict,
+    sglang_rejects,
+)
+
+_SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
+
+
+_model_folders: dict[str, str] = {}
+
+
+def model_folder(data: dict) -> str:
+    """A folder holding ``data`` as config.json, for SGLang's loaders (kept per process)."""
+    key = json.dumps(data, sort_keys=True)
+    if key not in _model_folders:
+        folder = tempfile.mkdtemp(prefix="sglang-pd-lean-model-")
+        atexit.register(shutil.rmtree, folder, True)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            f.write(key)
+        _model_folders[key] = folder
+    return _model_folders[key]
+
+
+def model_config(data: dict, *, context_length: int | None) -> Any:
+    """SGLang's own ModelConfig for the config (its config classes and loader)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    with sglang_rejects("SGLang cannot load this config"):
+        return ModelConfig(model_folder(data), context_length=context_length)
+
+
+def linear_state_config(mc) -> Any:
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+
+    return mambaish_config(mc)
+
+
+def prepare(inputs: Inputs):
+    """Validate inputs and load the model: (SGLang ModelConfig, linear-state config)."""
+    inputs.validate()
+    data = read_config_dict(inputs)
+    mc = model_config(data, context_length=inputs.context_length)
+    with sglang_rejects("SGLang cannot read this config's linear-attention layers"):
+        linear = linear_state_config(mc)
+    if linear is None:
+        import sglang
+
+        hints = linear_hints(data)
+        architecture = (mc.hf_config.architectures or [data["model_type"]])[0]
+        if hints:
+            raise CensusError(
+                f"SGLang {sglang.__version__} gives {architecture} no mamba pool, "
+                f"though its config describes linear-attention layers "
+                f"({', '.join(hints[:4])}): this SGLang does not run it as a hybrid "
+                f"model; nothing to count"
+            )
+        raise CensusError(
+            f"model_type {data['model_type']!r} has no linear-attention (mamba/GDN/KDA) "
+            f"layers: it has no mamba state and nothing for this plugin to gate"
+        )
+    return mc, linear
+
+
+def check_tp_heads(linear, tp: int) -> None:
+    """A TP that does not divide the linear-attention heads gets one clear line."""
+    heads = {
+        name: getattr(linear, name, None)
+        for name in (
+            "linear_num_value_heads",
+            "linear_num_key_heads",
+            "mamba_num_heads",
+            "n_groups",
+        )
+    }
+    kda = getattr(linear, "linear_attn_config", None)
+    if isinstance(kda, dict):
+        heads["linear_attn_config.num_heads"] = kda.get("num_heads")
+    for name, count in heads.items():
+        if isinstance(count, int) and count % tp:
+            raise CensusError(f"--tp {tp} does not divide {name}={count} of this model")
+
+
+def stage_layers(num_layers: int, pp: int, linear_layers: list[int]) -> tuple[int, int]:
+    """The pipeline stage holding the most linear-attention layers (it sets the peak)."""
+    from sglang.srt.distributed.utils import get_pp_indices
+
+    stages = [get_pp_indices(num_layers, rank, pp) for rank in range(pp)]
+    return max(stages, key=lambda se: sum(se[0] <= i < se[1] for i in linear_layers))
+
+
+@contextlib.contextmanager
+def ssm_dtype(dtype: str | None) -> Iterator[None]:
+    """``--mamba-ssm-dtype`` the way SGLang applies it: ServerArgs exports it as
+    ``SGLANG_MAMBA_SSM_DTYPE``, which SGLang's cache parameters read first."""
+    if dtype is None:
+        yield
+        return
+    saved = os.environ.get(_SSM_DTYPE_ENV)
+    os.environ[_SSM_DTYPE_ENV] = dtype
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[_SSM_DTYPE_ENV]
+        else:
+            os.environ[_SSM_DTYPE_ENV] = saved

@@ -1,0 +1,194 @@
+"""SGLang's request pool built for one role, under ``FakeTensorMode``, and its bytes.
+
+    with parallel(tp=4), published(**server_fields(inputs, "prefill")) as server_args:
+        conf = configurator(mc, server_args, is_draft_worker=False, layers=(0, 48))
+        pool = build_request_pool(conf, max_num_reqs=256)
+    summarize(component_bytes(pool))["verify_only_bytes"]
+
+The configuration is published through SGLang's own runtime context, the
+``KVCacheConfigurator`` is the real class (filled in as the plain dataclass it is),
+and the pool is built by upstream's ``_build_req_to_token_pool``: every byte is
+counted from the tensors upstream asked for (``sglang_pd_lean.accounting``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from sglang_pd_lean.accounting import COMPONENT_ORDER, VERIFY_ONLY
+from sglang_pd_lean.census.inputs import Inputs
+from sglang_pd_lean.role import setting, upstream_behaviour
+
+_NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
+
+
+@contextlib.contextmanager
+def published(**fields: Any) -> Iterator[Any]:
+    """Publish a ServerArgs carrying ``fields`` as SGLang's configuration for the block."""
+    from sglang.srt.runtime_context import get_context
+
+    fields.setdefault("page_size", 1)
+    with get_context().override_server_args(**fields) as server_args:
+        yield server_args
+
+
+@contextlib.contextmanager
+def parallel(*, tp: int) -> Iterator[None]:
+    """Attention-TP layout of one rank (rank 0) for SGLang's cache-parameter code."""
+    from sglang.srt.runtime_context import get_parallel
+
+    with get_parallel().override(
+        tp_size=tp, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0
+    ):
+        yield
+
+
+def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, int]):
+    """A real KVCacheConfigurator, filled in as a plain dataclass."""
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    fields = [f for f in dataclasses.fields(KVCacheConfigurator) if f.init]
+    required = {
+        f.name: None
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    values = dict(required)
+    known = dict(
+        device="cuda",
+        gpu_id=0,
+        model_config=mc,
+        server_args=server_args,
+        page_size=1,
+        kv_cache_dtype=mc.dtype,
+        model_dtype=mc.dtype,
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            setting("get_spec", "speculative_algorithm", server_args)
+        ),
+        is_draft_worker=is_draft_worker,
+        post_capture_kv_active=False,
+        is_hybrid_swa=False,
+        is_hybrid_swa_compress=False,
+        use_mla_backend=False,
+        layer_info=layer_info(*layers),
+        spec_aux_config=spec_aux_config(mc),
+        ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
+        pp_size=1,  # 0.5.21+ keep these on the configurator itself
+        attn_dp_size=1,
+    )
+    names = {f.name for f in fields}
+    values.update({k: v for k, v in known.items() if k in names})
+    return KVCacheConfigurator(**values)
+
+
+def spec_aux_config(mc) -> Any:
+    """Upstream's draft-model description: an MTP draft of the model's own MTP depth
+    (one layer where the config does not say), which shares the KV budget."""
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        SpecAuxHiddenStateConfig,
+    )
+
+    text = mc.hf_text_config
+    layers = getattr(text, "num_nextn_predict_layers", None) or getattr(
+        text, "mtp_num_hidden_layers", None
+    )
+    return SpecAuxHiddenStateConfig(eagle_draft_num_layers=int(layers or 1))
+
+
+def layer_info(start: int, end: int) -> Any:
+    """SGLang's ModelLayerInfo for a [start, end) stage (a namespace before it existed)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.layer_setup import (
+            ModelLayerInfo,
+        )
+    except ImportError:
+        return types.SimpleNamespace(start_layer=start, end_layer=end)
+    return ModelLayerInfo(
+        start_layer=start, end_layer=end, num_effective_layers=end - start
+    )
+
+
+def build_request_pool(conf, max_num_reqs: int, *, fake: bool = True):
+    """Run upstream's request-pool build; under FakeTensorMode (no memory used)
+    unless ``fake`` is False (real CUDA allocations, for the GPU check)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    # 0.5.23 warms a Triton slot-copy kernel as the pool is built: a launch, not an
+    # allocation, and impossible without a GPU. SGLang's own switch turns it off.
+    saved = os.environ.get(_NO_KERNEL_WARMUP)
+    os.environ[_NO_KERNEL_WARMUP] = "1"
+    try:
+        mode = (
+            FakeTensorMode(allow_non_fake_inputs=True)
+            if fake
+            else contextlib.nullcontext()
+        )
+        with mode:
+            return conf._build_req_to_token_pool(max_num_reqs=max_num_reqs)
+    finally:
+        if saved is None:
+            del os.environ[_NO_KERNEL_WARMUP]
+        else:
+            os.environ[_NO_KERNEL_WARMUP] = saved
+
+
+def summarize(components: dict[str, int]) -> dict:
+    every = {name: 0 for name in COMPONENT_ORDER}
+    every.update(components)
+    return {
+        "components": dict(sorted(every.items())),
+        "verify_only_bytes": sum(components.get(c, 0) for c in VERIFY_ONLY),
+        "total_bytes": sum(components.values()),
+    }
+
+
+def server_fields(
+    inputs: Inputs,
+    role: str,
+    *,
+    speculative: bool = True,
+    sizing: bool = False,
+    slots: int | None = None,
+    requests: int | None = None,
+) -> dict:
+    """ServerArgs fields for one role. ``sizing``: leave the mamba slot count to
+    upstream's budget code unless the operator set it; ``slots`` / ``requests``:
+    the counts SGLang's sizing settled on, for building the pool."""
+    if slots is None:
+        slots = inputs.max_mamba_cache_size if sizing else inputs.mamba_slots
+    fields = dict(
+        disaggregation_mode=role,
+        max_running_requests=requests or inputs.max_running_requests,
+        max_mamba_cache_size=slots,
+        disable_radix_cache=inputs.disable_radix_cache,
+        tp_size=inputs.tp,
+        pp_size=inputs.pp,
+        page_size=inputs.page_size,
+    )
+    if inputs.mamba_radix_cache_strategy is not None:
+        fields["mamba_radix_cache_strategy"] = inputs.mamba_radix_cache_strategy
+    if speculative:
+        fields.update(
+            speculative_algorithm="EAGLE",
+            speculative_num_draft_tokens=inputs.speculative_num_draft_tokens,
+            speculative_num_steps=max(inputs.speculative_num_draft_tokens - 1, 1),
+            speculative_eagle_topk=1,
+        )
+    if role == "decode":
+        # Upstream's PD hook defaults this to 0 (2x the batch below 33 requests).
+        per_worker = inputs.max_running_requests
+        fields["disaggregation_decode_extra_slots"] = (
+            2 * per_worker if per_worker <= 32 else 0
+        )
+    return fields
+
+
+def column_behaviour(column: str):
+    """``upstream``: every gate steps aside; ``plugin``: the gates as registered."""
+    return upstream_behaviour() if column == "upstream" else contextlib.nullcontext()

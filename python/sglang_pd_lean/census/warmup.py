@@ -1,0 +1,68 @@
+"""Transient warmup buffers per role: the FlashInfer-autotune dummy-decode batch.
+
+    rows = warmup(inputs, mc)
+    rows["prefill"]["plugin"]["autotune_buffers_bytes"]
+
+Upstream's ``EagerRunner._autotune_buffers`` runs under ``FakeTensorMode`` on a model
+runner namespace holding the fields that code reads (a real one needs a GPU).
+"""
+
+from __future__ import annotations
+
+import types
+
+from sglang_pd_lean.census.inputs import ROLES, Inputs
+from sglang_pd_lean.census.pools import published, server_fields
+from sglang_pd_lean.role import setting, upstream_behaviour
+
+
+def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
+    """Bytes of the warmup's FlashInfer-autotune dummy-decode buffers: upstream's
+    ``EagerRunner._autotune_buffers`` and allocator, under FakeTensorMode, for a
+    target whose eager batch holds ``max_running_requests`` requests. The model runner
+    is a namespace with the fields that code reads (a real one needs a GPU)."""
+    import torch
+    from sglang.srt.model_executor.runner.eager_runner import EagerRunner
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    runner = object.__new__(EagerRunner)
+    runner._eager_max_bs = inputs.max_running_requests
+    runner.model_runner = types.SimpleNamespace(
+        server_args=server_args,
+        is_draft_worker=False,
+        device="cuda",
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            setting("get_spec", "speculative_algorithm", server_args)
+        ),
+        decode_num_tokens_per_req=lambda: inputs.speculative_num_draft_tokens,
+        model_config=mc,
+        attn_backend=types.SimpleNamespace(get_cuda_graph_seq_len_fill_value=lambda: 1),
+        ngram_embedding_manager=types.SimpleNamespace(enabled=False, table=None),
+        get_pp_proxy_topk_size=lambda: None,
+        get_pp_proxy_residual_num_blocks=lambda: None,
+    )
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        buffers, _ = runner._autotune_buffers()
+    storages = {}
+    for name in dir(buffers):
+        value = getattr(buffers, name, None) if not name.startswith("__") else None
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            storages[storage._cdata] = storage.nbytes()
+    return sum(storages.values())
+
+
+def warmup(inputs: Inputs, mc) -> dict:
+    """Per role: transient warmup buffers, upstream vs plugin."""
+    rows = {}
+    for role in ROLES:
+        with published(**server_fields(inputs, role)) as server_args:
+            with upstream_behaviour():
+                upstream = autotune_buffer_bytes(mc, server_args, inputs)
+            plugin = autotune_buffer_bytes(mc, server_args, inputs)
+        rows[role] = {
+            "upstream": {"autotune_buffers_bytes": upstream},
+            "plugin": {"autotune_buffers_bytes": plugin},
+        }
+    return rows

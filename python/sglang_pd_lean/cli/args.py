@@ -1,0 +1,153 @@
+"""Argument plumbing of ``sglang-pd-lean``: the parser, its value types, and the usage
+error every command raises for input it cannot run on.
+
+    args = build_parser().parse_args(["report", "--model", "qwen3-next-80b-a3b"])
+
+A parse error is one line and exit code 2; each flag's help shows its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sglang_pd_lean import __version__
+
+
+class UsageError(Exception):
+    """The command cannot run as asked (a flag, a file, a missing package): one line
+    for the operator, exit code 2. Census input errors are ``CensusError``."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _positive_finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(
+            f"must be a positive finite number, got {text}"
+        )
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"sglang-pd-lean: error: {message}\n")
+
+
+class _Help(argparse.HelpFormatter):
+    """Shows each flag's default where it has a value."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            action.default not in (None, False, argparse.SUPPRESS)
+            and action.option_strings
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _version() -> str:
+    from sglang_pd_lean import compat
+
+    installed = compat.sglang_version()
+    sglang = f"SGLang {installed}" if installed else "SGLang not installed"
+    return f"sglang-pd-lean {__version__} ({sglang})"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sglang_pd_lean.census.inputs import MAMBA_RADIX_CACHE_STRATEGIES, SSM_DTYPES
+
+    parser = _Parser(
+        prog="sglang-pd-lean",
+        description="PD-prefill speculative targets without verify-only state: "
+        "memory census and plugin health.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    report = sub.add_parser(
+        "report",
+        formatter_class=_Help,
+        help="bytes per role and component, upstream SGLang vs with the plugin, per rank",
+    )
+    source = report.add_mutually_exclusive_group()
+    source.add_argument(
+        "--model",
+        help="a bundled model (see --list-models; default: qwen3-next-80b-a3b)",
+    )
+    source.add_argument("--config", help="a config.json, or a model folder holding one")
+    source.add_argument(
+        "--list-models", action="store_true", help="list bundled models"
+    )
+    report.add_argument("--tp", type=_positive_int, default=1, help="attention TP size")
+    report.add_argument("--pp", type=_positive_int, default=1, help="pipeline stages")
+    report.add_argument(
+        "--max-running-requests", type=_positive_int, default=256, help="request slots"
+    )
+    report.add_argument(
+        "--max-mamba-cache-size",
+        type=_positive_int,
+        help="mamba state slots (default: 3 x running requests; with --available-gib, "
+        "SGLang's automatic sizing)",
+    )
+    report.add_argument(
+        "--speculative-num-draft-tokens",
+        type=_positive_int,
+        default=4,
+        help="draft tokens per verify step",
+    )
+    report.add_argument(
+        "--mamba-ssm-dtype",
+        choices=SSM_DTYPES,
+        help="ssm state dtype (default: the model's)",
+    )
+    report.add_argument(
+        "--context-length",
+        type=_positive_int,
+        help="context length (default: the model's)",
+    )
+    report.add_argument(
+        "--page-size", type=_positive_int, default=1, help="KV cache page size"
+    )
+    report.add_argument(
+        "--mamba-radix-cache-strategy",
+        choices=MAMBA_RADIX_CACHE_STRATEGIES,
+        help="as the server's flag (default: SGLang's, which sizes like no_buffer "
+        "here; a launched server may resolve auto to extra_buffer)",
+    )
+    report.add_argument(
+        "--available-gib",
+        type=_positive_finite_float,
+        help="GPU memory per rank left after weights (the total_rest_memory SGLang's "
+        "mamba sizing receives), used exactly: adds KV capacity rows and builds the "
+        "pools with the slots SGLang sizes from it",
+    )
+    report.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="size mamba slots from running requests (SGLang's radix-off branch)",
+    )
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument(
+        "--png", metavar="FILE", help="also draw a stacked bar chart, PNG, to FILE"
+    )
+
+    doctor = sub.add_parser(
+        "doctor", help="what the installed SGLang does natively and what we apply"
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser

@@ -1,0 +1,84 @@
+"""The report as a PNG: a stacked bar per role and column, the table's rows as legend.
+
+    check_png_target("census.png")  # before the census: fail early, write nothing
+    draw_png(result, "census.png")
+
+Needs matplotlib (``pip install 'sglang-pd-lean[report]'``); drawn with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from sglang_pd_lean.cli.args import UsageError
+from sglang_pd_lean.cli.table import ROLE_TITLES, component_rows
+
+
+def chart(result: dict):
+    """A matplotlib figure: a stacked bar per role and column, the table's rows as
+    its legend, outside the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sglang_pd_lean.units import GIB
+
+    roles = result["roles"]
+    labels, columns = [], []
+    for role, cols in roles.items():
+        for col in ("upstream", "plugin"):
+            labels.append(f"{ROLE_TITLES[role]}\n{col}")
+            columns.append(cols[col]["components"])
+    fig, ax = plt.subplots(figsize=(12, 5))
+    bottoms = [0.0] * len(columns)
+    for label, names in component_rows(roles):
+        heights = [sum(col[n] for n in names) / GIB for col in columns]
+        ax.bar(labels, heights, bottom=bottoms, label=label)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    inputs = result["inputs"]
+    ax.set_ylabel("GiB per rank")
+    ax.set_title(
+        f"{os.path.basename(str(result['model']))}: TP {inputs['tp']}, "
+        f"{inputs['speculative_num_draft_tokens']} draft tokens "
+        f"(SGLang {result['sglang_version']})"
+    )
+    ax.set_ylim(top=max(bottoms) * 1.05 or 1.0)
+    # Outside the axes, so it never covers a bar; top to bottom as the stack.
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(
+        handles[::-1],
+        names[::-1],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
+    fig.tight_layout()
+    return fig
+
+
+def draw_png(result: dict, path: str) -> None:
+    """The chart as PNG, to exactly ``path`` whatever its extension."""
+    import matplotlib.pyplot as plt
+
+    fig = chart(result)
+    with open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def check_png_target(path: str) -> None:
+    """Fail before the census if the chart cannot be written to ``path``."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--png needs matplotlib: pip install 'sglang-pd-lean[report]'")
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write --png {path}: it is a folder")
+    existed = os.path.exists(path)
+    flags = os.O_WRONLY | (os.O_APPEND if existed else os.O_CREAT | os.O_EXCL)
+    try:
+        os.close(os.open(path, flags, 0o644))
+    except OSError as exc:
+        raise UsageError(f"cannot write --png {path}: {exc.strerror}") from None
+    if not existed:
+        os.unlink(path)

@@ -1,0 +1,107 @@
+"""The commands' entry point: dispatch, the report command, one-line errors and signals.
+
+    sys.exit(main(["report", "--model", "qwen3-next-80b-a3b", "--json"]))
+
+Bad input (``UsageError``, ``CensusError``) is one line on stderr and exit code 2;
+SIGINT, SIGTERM and SIGHUP end the command with one line and exit code 128 + signal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from sglang_pd_lean.census.inputs import CensusError
+from sglang_pd_lean.cli.args import UsageError, build_parser
+from sglang_pd_lean.cli.chart import check_png_target, draw_png
+from sglang_pd_lean.cli.doctor import cmd_doctor
+from sglang_pd_lean.cli.environment import load_sglang_plugins
+from sglang_pd_lean.cli.table import render_table
+
+
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP: unwind (temporary folders are removed at exit)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def cmd_report(args) -> int:
+    from sglang_pd_lean import census
+
+    if args.list_models:
+        for name in census.bundled_models():
+            print(name)
+        return 0
+    inputs = census.Inputs(
+        model=args.model or (None if args.config else census.DEFAULT_MODEL),
+        config=args.config,
+        tp=args.tp,
+        pp=args.pp,
+        max_running_requests=args.max_running_requests,
+        max_mamba_cache_size=args.max_mamba_cache_size,
+        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
+        mamba_ssm_dtype=args.mamba_ssm_dtype,
+        context_length=args.context_length,
+        available_gib=args.available_gib,
+        disable_radix_cache=args.disable_radix_cache,
+        page_size=args.page_size,
+        mamba_radix_cache_strategy=args.mamba_radix_cache_strategy,
+    )
+    # Everything plain Python can check, before SGLang's import (~20 s).
+    inputs.validate()
+    census.read_config_dict(inputs)
+    if args.png:
+        check_png_target(args.png)
+    load_sglang_plugins()
+    result = census.run(inputs)
+    from sglang_pd_lean import compat
+
+    result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(render_table(result))
+        print()
+        print(
+            "plugin gates on this SGLang: "
+            + ", ".join(f"{k}: {v}" for k, v in result["plugin_gates"].items())
+        )
+    if args.png:
+        draw_png(result, args.png)
+        print(f"chart written to {os.path.abspath(args.png)}", file=sys.stderr)
+    return 0
+
+
+def _stop(signum: int, frame) -> None:
+    raise _Stopped(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    stops = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s]
+    saved = {s: signal.signal(s, _stop) for s in stops}
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "report":
+            return cmd_report(args)
+        return cmd_doctor(args)
+    except (CensusError, UsageError) as exc:
+        print(f"sglang-pd-lean: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (| head): no traceback, no second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print("sglang-pd-lean: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except _Stopped as stop:
+        name = signal.Signals(stop.signum).name
+        print(f"sglang-pd-lean: stopped by {name}", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)

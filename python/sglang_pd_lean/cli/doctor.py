@@ -1,0 +1,74 @@
+"""``sglang-pd-lean doctor``: the installed SGLang, each gate's state, and whether the
+plugin can do its job there (exit code 0 when healthy, 1 otherwise).
+
+    report = doctor_report()
+    report["healthy"], [gate["state"] for gate in report["gates"]]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from sglang_pd_lean.cli.environment import quiet_sglang
+
+
+def doctor_report() -> dict:
+    """The installed SGLang, every gate's state, and whether the plugin is healthy."""
+    from sglang_pd_lean import compat
+
+    version = compat.sglang_version()
+    supported = compat.is_supported(version)
+    plans = compat.plan() if version is not None else []
+    missing = compat.missing_targets(
+        [
+            hook.target
+            for gate in plans
+            if gate.state == compat.NEEDED
+            for hook in gate.hooks
+        ]
+    )
+    gates = [
+        {
+            "name": gate.name,
+            "state": gate.state if supported else "not applied (unsupported SGLang)",
+            "detail": gate.detail or gate.summary,
+        }
+        for gate in plans
+    ]
+    unhandled = [gate.name for gate in plans if gate.state == compat.UNHANDLED]
+    return {
+        "sglang_version": version,
+        "supported": supported,
+        "supported_releases": [compat.SUPPORTED[0], compat.SUPPORTED[-1]],
+        "kill_switch": compat.kill_switch_on(),
+        "gates": gates,
+        "missing_hook_targets": missing,
+        "unhandled_gates": unhandled,
+        "healthy": supported and not missing and not unhandled,
+    }
+
+
+def cmd_doctor(args) -> int:
+    if importlib.util.find_spec("sglang") is not None:
+        quiet_sglang()
+    report = doctor_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0 if report["healthy"] else 1
+    version = report["sglang_version"]
+    low, high = report["supported_releases"]
+    if version is None:
+        print(f"SGLang: not installed (supported: {low} to {high})")
+        return 1
+    print(f"SGLang {version}")
+    print(f"supported: {'yes' if report['supported'] else 'no'} ({low} to {high})")
+    width = max(len(gate["state"]) for gate in report["gates"]) + 2
+    print(f"{'gate':13}{'state':{width}}detail")
+    for gate in report["gates"]:
+        print(f"{gate['name']:13}{gate['state']:{width}}{gate['detail']}")
+    for line in report["missing_hook_targets"]:
+        print(f"missing hook target: {line}")
+    for name in report["unhandled_gates"]:
+        print(f"unhandled: {name} (this SGLang needs a gate the plugin does not have)")
+    return 0 if report["healthy"] else 1

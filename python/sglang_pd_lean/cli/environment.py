@@ -1,0 +1,41 @@
+"""The SGLang the command runs against: quiet while it loads, and the plugin applied to
+it exactly as an SGLang process applies it (entry-point discovery).
+
+    load_sglang_plugins()  # UsageError when SGLang is not installed
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import warnings
+
+from sglang_pd_lean.cli.args import UsageError
+
+
+def quiet_sglang() -> None:
+    """No import-time notes about the missing GPU, no start-up INFO logs."""
+    warnings.filterwarnings("ignore")
+    for name in (
+        "sglang",
+        "sglang_pd_lean",
+        "transformers",
+        "torch",
+        "torch.utils.cpp_extension",
+    ):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def load_sglang_plugins() -> None:
+    """Apply the plugin exactly as an SGLang process does (entry point discovery)."""
+    if importlib.util.find_spec("sglang") is None:
+        raise UsageError(
+            f"SGLang is not installed for {sys.executable}: install a supported "
+            f"release (pip install 'sglang-pd-lean[sglang]') or run "
+            f"scripts/sglang-pd-lean"
+        )
+    quiet_sglang()
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
