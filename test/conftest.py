@@ -22,6 +22,16 @@ def plugin_loaded():
     load_plugins()
 
 
+@pytest.fixture(autouse=True)
+def fresh_record():
+    """Each test starts with an empty per-process record (as a new rank does)."""
+    from sglang_pd_lean import record
+
+    record.reset()
+    yield
+    record.reset()
+
+
 @pytest.fixture(scope="session")
 def gate_states():
     from sglang_pd_lean import compat

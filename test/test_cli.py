@@ -17,7 +17,7 @@ from conftest import NATIVE_FROM, upstream_has
 from test_census import GIB, gdn_dims, gdn_expected, load_config
 
 from sglang_pd_lean import census, cli, compat
-from sglang_pd_lean.gates import Hook
+from sglang_pd_lean.hook import Hook, When
 from sglang_pd_lean.units import human_bytes
 
 PACKAGE_ROOT = os.path.join(os.path.dirname(__file__), "..", "python")
@@ -483,7 +483,7 @@ def test_doctor_is_healthy_on_this_sglang(capsys):
     for gate in report["gates"]:
         if gate["name"] in NATIVE_FROM:
             native = upstream_has(gate["name"])
-            assert (gate["state"] == compat.NATIVE) == native, gate
+            assert (gate["state"] == compat.GateState.NATIVE) == native, gate
 
 
 def test_doctor_fails_on_an_unsupported_release(monkeypatch, capsys):
@@ -497,13 +497,13 @@ def fake_plan(state: str, target: str) -> list:
         return original(*args, **kwargs)
 
     return [
-        compat.GatePlan("pool", "test gate", state, "", [Hook(target, hook, "AROUND")])
+        compat.GatePlan("pool", "test gate", state, "", (Hook(target, hook, When.AROUND),))
     ]
 
 
 def test_doctor_fails_on_a_missing_hook_target(monkeypatch, capsys):
     target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.gone"
-    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.NEEDED, target))
+    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target))
     code, out = doctor(capsys)
     assert code == 1 and f"missing hook target: {target}" in out
 
@@ -516,7 +516,7 @@ def test_doctor_names_the_import_error_of_a_hooked_module(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     target = "broken_hooked_module.function"
-    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.NEEDED, target))
+    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target))
     code, out = doctor(capsys)
     assert code == 1
     assert "No module named 'a_dependency_that_is_not_installed'" in out
@@ -524,7 +524,7 @@ def test_doctor_names_the_import_error_of_a_hooked_module(
 
 def test_doctor_fails_on_an_unhandled_gate(monkeypatch, capsys):
     target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.__init__"
-    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.UNHANDLED, target))
+    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.GateState.UNHANDLED, target))
     code, out = doctor(capsys)
     assert code == 1 and "unhandled: pool" in out
 
@@ -539,5 +539,5 @@ def test_doctor_under_the_kill_switch_still_calls_native_gates_native(
     for gate in report["gates"]:
         if gate["name"] not in NATIVE_FROM:
             continue
-        expected = compat.NATIVE if upstream_has(gate["name"]) else compat.DISABLED
+        expected = compat.GateState.NATIVE if upstream_has(gate["name"]) else compat.GateState.DISABLED
         assert gate["state"] == expected, gate

@@ -7,6 +7,7 @@ import pytest
 from conftest import NATIVE_FROM, upstream_has
 
 from sglang_pd_lean import compat
+from sglang_pd_lean.gates import all_gates
 
 
 @pytest.mark.parametrize(
@@ -28,13 +29,18 @@ def test_supported_releases_are_0_5_16_to_0_5_23(version, supported):
 
 @pytest.mark.parametrize("gate", sorted(NATIVE_FROM))
 def test_native_detection_matches_the_release(gate):
-    assert (compat.native_reason(gate) is not None) is upstream_has(gate)
+    by_name = {g.name: g for g in all_gates()}
+    assert (compat.native_reason(by_name[gate]) is not None) is upstream_has(gate)
 
 
 def test_plan_registers_hooks_only_for_needed_gates():
     for gate in compat.plan():
         if gate.name in NATIVE_FROM:
-            expected = compat.NATIVE if upstream_has(gate.name) else compat.NEEDED
+            expected = (
+                compat.GateState.NATIVE
+                if upstream_has(gate.name)
+                else compat.GateState.NEEDED
+            )
             assert gate.state == expected, gate.name
 
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import upstream_has
 from test_census import gdn_expected
 
-from sglang_pd_lean import census, compat, record
+from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import (
     autotune,
     budget,
@@ -28,6 +28,7 @@ from sglang_pd_lean.gates import (
     warmup,
 )
 from sglang_pd_lean.role import upstream_behaviour
+from sglang_pd_lean.upstream import missing_targets, resolve
 
 MODEL = "qwen3-next-80b-a3b"
 DOUBT = "if in doubt, keep the bytes"
@@ -42,7 +43,7 @@ def no_pool_kernel_warmup(monkeypatch):
 
 def upstream_of(gate) -> object:
     """The installed upstream function the gate hooks, without any hook applied."""
-    return inspect.unwrap(compat.resolve(gate.TARGET))
+    return inspect.unwrap(resolve(gate.GATE.target))
 
 
 def outcome(call) -> tuple:
@@ -91,7 +92,7 @@ def test_pool_hook_on_a_configurator_without_is_draft_worker_builds_upstreams_po
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         kwargs = dict(max_num_reqs=inputs.max_running_requests, extra_max_context_len=4)
         with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean"):
-            hooked = pool.build_hybrid_req_pool(original, conf, **kwargs)
+            hooked = pool.GATE.around(original, conf, **kwargs)
         expected = original(conf, **kwargs)
     assert census.component_bytes(hooked) == census.component_bytes(expected)
     assert any(DOUBT in r.getMessage() for r in caplog.records)
@@ -106,9 +107,7 @@ def test_budget_hook_on_a_configurator_without_is_draft_worker_sizes_as_upstream
         del conf.is_draft_worker
         with upstream_behaviour():
             expected = outcome(lambda: original(conf, 40.0))
-        assert outcome(lambda: budget.handle_max_mamba_cache(original, conf, 40.0)) == (
-            expected
-        )
+        assert outcome(lambda: budget.GATE.around(original, conf, 40.0)) == (expected)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +127,7 @@ def test_budget_hook_on_a_configurator_without_is_draft_worker_sizes_as_upstream
 def test_hook_fails_exactly_where_upstream_fails(gate, call):
     """Whatever upstream does with an owner it cannot use, the hook does the same."""
     original = upstream_of(gate)
-    hook = gate.hooks()[0].fn
+    hook = gate.GATE.hooks()[0].fn
     assert outcome(lambda: call(hook, original)) == outcome(
         lambda: call(lambda o, *a, **k: o(*a, **k), original)
     )
@@ -145,9 +144,9 @@ def test_graph_hook_on_a_runner_upstream_can_use_without_server_args():
         is_generation=False,
     )
     original = upstream_of(graph)
-    assert outcome(
-        lambda: graph.capture_decode_graph(original, model_runner=runner)
-    ) == outcome(lambda: original(model_runner=runner))
+    assert outcome(lambda: graph.GATE.around(original, model_runner=runner)) == outcome(
+        lambda: original(model_runner=runner)
+    )
 
 
 # --- log figures are best effort ----------------------------------------------
@@ -162,7 +161,7 @@ def test_pool_gate_survives_a_mock_pool_constructor(caplog):
     with contextlib.ExitStack() as stack:
         _, conf = census_configurator("prefill", stack)
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-            result = pool.build_hybrid_req_pool(
+            result = pool.GATE.around(
                 lambda *a, **k: stub, conf, max_num_reqs=8, extra_max_context_len=4
             )
     assert result is stub
@@ -190,7 +189,7 @@ def test_pool_gate_records_and_logs_the_verify_bytes_of_the_config_formula(
         )
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-            built = pool.build_hybrid_req_pool(
+            built = pool.GATE.around(
                 original, conf, max_num_reqs=requests, extra_max_context_len=4
             )
     assert census.component_bytes(built).get("verify ssm snapshots", 0) == 0
@@ -224,7 +223,7 @@ def test_budget_line_says_the_automatic_split_bought_mamba_slots(caplog):
             mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
         )
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-            rest = budget.handle_max_mamba_cache(original, conf, 100.0)
+            rest = budget.GATE.around(original, conf, 100.0)
     line = next(
         r.getMessage() for r in caplog.records if "budget gate" in r.getMessage()
     )
@@ -245,7 +244,7 @@ def test_unified_memory_is_read_from_the_published_memory_namespace():
     """``server_args`` says no unified memory; SGLang's published memory config says
     yes: the published value wins (it is what SGLang itself reads)."""
     from sglang_pd_lean import role
-    from sglang_pd_lean.gates import ReadThrough
+    from sglang_pd_lean.gates.base import ReadThrough
 
     try:
         from sglang.srt.runtime_context import get_memory  # noqa: F401
@@ -280,7 +279,7 @@ def test_prefill_draft_worker_gets_upstreams_warmup_and_autotune(gate):
             spec_algorithm=SpeculativeAlgorithm.EAGLE,
         )
         runner = types.SimpleNamespace(model_runner=model_runner)
-        gate.hooks()[0].fn(
+        gate.GATE.hooks()[0].fn(
             lambda r, *a, **k: seen.append(r.model_runner.spec_algorithm), runner
         )
     assert seen == [SpeculativeAlgorithm.EAGLE]
@@ -300,9 +299,7 @@ def test_unimportable_hook_module_is_reported_with_its_import_error(
         "class KVCacheConfigurator:\n    def build(self):\n        pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    missing = compat.missing_targets(
-        ["fakeupstream.configurator.KVCacheConfigurator.build"]
-    )
+    missing = missing_targets(["fakeupstream.configurator.KVCacheConfigurator.build"])
     assert len(missing) == 1
     assert "a_dependency_that_is_not_installed" in missing[0]
     assert "has no attribute" not in missing[0]
@@ -313,7 +310,7 @@ def test_missing_hook_module_still_reads_as_missing(tmp_path, monkeypatch):
     package.mkdir()
     (package / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    missing = compat.missing_targets(["fakeupstream2.gone.Cls.method"])
+    missing = missing_targets(["fakeupstream2.gone.Cls.method"])
     assert len(missing) == 1 and "gone" in missing[0]
 
 
@@ -353,18 +350,27 @@ def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
         seen.append(getattr(runner, "spec_algorithm", None))
         if gate is graph:
             seen.append(runner.is_generation)
+            if runner.is_generation:
+                seen.append(runner.gpu_id)  # upstream is about to capture
+        if gate is draft_graph:
+            seen.append(owner.draft_runner)  # upstream is about to capture
 
     with census.published(**fields) as server_args:
         owner = prefill_target_owner(server_args, fields, gate)
         if gate is graph:
-            gate.hooks()[0].fn(upstream, model_runner=owner)
+            gate.GATE.hooks()[0].fn(upstream, model_runner=owner)
         else:
-            gate.hooks()[0].fn(upstream, owner)
-    assert record.snapshot()["gates"][gate.NAME] == record.ACTED
-    if gate is draft_graph:  # no capture at all, the runners left as "run eager"
-        assert seen == [] and owner.cuda_graph_runner is None
-    elif gate is graph:  # upstream sees a non-generation view: its no-capture path
-        assert seen == [SpeculativeAlgorithm.EAGLE, False]
+            gate.GATE.hooks()[0].fn(upstream, owner)
+    assert record.snapshot()["gates"][gate.GATE.name] == record.Outcome.ACTED
+    if gate is draft_graph:  # stopped before capturing, runners left as "run eager"
+        assert seen == [None] and owner.cuda_graph_runner is None
+    elif gate is graph:  # upstream reached the capture, then ran its no-capture path
+        assert seen == [
+            SpeculativeAlgorithm.EAGLE,
+            True,
+            SpeculativeAlgorithm.EAGLE,
+            False,
+        ]
     else:  # upstream sizes/warms up as a worker without speculation
         assert seen == [SpeculativeAlgorithm.NONE]
         assert owner.model_runner.spec_algorithm == SpeculativeAlgorithm.EAGLE

@@ -141,7 +141,13 @@ def test_missing_hook_target_warns_once_and_registers_nothing(version):
         pytest.skip(f"SGLang {version} needs no gate of the plugin")
     owner, attr = GATE_TARGETS[needed[0]].rsplit(".", 1)
     module, cls = owner.rsplit(".", 1)
-    result = run_plugin(prelude=f"import {module} as m\ndelattr(m.{cls}, {attr!r})")
+    # Gone from the class and every base it could inherit it from.
+    prelude = (
+        f"import {module} as m\n"
+        f"for k in m.{cls}.__mro__:\n"
+        f"    if {attr!r} in vars(k): delattr(k, {attr!r})"
+    )
+    result = run_plugin(prelude=prelude)
     warnings = our_lines(result["log"], "WARNING")
     assert len(warnings) == 1 and attr in warnings[0] and version in warnings[0]
     assert not any(result["wrapped"].values())

@@ -1,33 +1,49 @@
 """Which SGLang is installed, and which gates it still needs from us.
 
     from sglang_pd_lean import compat
-    for gate in compat.plan():
+    decision = compat.decide()
+    for gate in decision.plans:
         print(gate.name, gate.state, gate.detail)
 
 Supported releases: 0.5.16 to 0.5.23. 0.5.16 and 0.5.17 need every gate; 0.5.18 and
 later gate pool, graph and warmup themselves, 0.5.22 and later size the budget right.
 Whether a fix is native is read from the installed code (the upstream function asks
-about the disaggregation mode itself), not from the release number.
+about the disaggregation mode itself), not from the release number. ``decide()`` is
+the one answer ``plugin.register()`` acts on and ``doctor`` shows.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
-import inspect
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import Enum
+
+from sglang_pd_lean.gates import Gate, all_gates
+from sglang_pd_lean.hook import Hook
+from sglang_pd_lean.upstream import missing_targets, source_of
 
 SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
 KILL_SWITCH = "SGLANG_PD_LEAN"
 
-NEEDED = "applied by the plugin"
-NATIVE = "native upstream"
-NOT_APPLICABLE = "not applicable"
-DISABLED = "disabled by kill switch"
-# Upstream changed in a way this plugin has no hook for.
-UNHANDLED = "needed, not handled"
+
+class GateState(str, Enum):
+    """A gate on the installed SGLang (the value is what logs, doctor and
+    ``/server_info`` show)."""
+
+    NEEDED = "applied by the plugin"  # its hooks are registered
+    NATIVE = "native upstream"  # the installed SGLang does it itself
+    NOT_APPLICABLE = "not applicable"  # nothing to gate on this SGLang
+    UNSAFE = "not registered: unsafe here"  # applying it would break something
+    DISABLED = "disabled by kill switch"  # SGLANG_PD_LEAN=0
+    UNHANDLED = "needed, not handled"  # upstream changed; no hook for it
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 def sglang_version() -> str | None:
@@ -56,110 +72,118 @@ def kill_switch_on() -> bool:
     )
 
 
-def _import_owner(path: str):
-    """The module or class at ``path``. Unlike ``pkgutil.resolve_name``, an error
-    raised while importing an existing module (a missing dependency, a broken
-    import) comes through as that ImportError instead of an AttributeError on the
-    parent package."""
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        module_name = ".".join(parts[:cut])
-        try:
-            owner = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            # Only "this module does not exist" moves on to a shorter prefix.
-            if exc.name is not None and module_name.startswith(exc.name):
-                continue
-            raise ImportError(f"importing {module_name} failed: {exc}") from exc
-        except Exception as exc:
-            raise ImportError(
-                f"importing {module_name} failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        for attr in parts[cut:]:
-            owner = getattr(owner, attr)
-        return owner
-    raise ImportError(f"no module named {parts[0]!r}")
-
-
-def resolve(target: str):
-    """The object HookRegistry would patch; AttributeError where the module or class
-    no longer defines it itself (an inherited method is not the code we hook),
-    ImportError naming the real cause where its module cannot be imported."""
-    owner_path, attr = target.rsplit(".", 1)
-    owner = _import_owner(owner_path)
-    if isinstance(owner, type) and attr not in vars(owner):
-        raise AttributeError(f"{owner.__name__} no longer defines {attr}")
-    return getattr(owner, attr)
-
-
-def missing_targets(targets: list[str]) -> list[str]:
-    missing = []
-    for target in targets:
-        try:
-            resolve(target)
-        except (ImportError, AttributeError, ValueError) as exc:
-            missing.append(f"{target} ({type(exc).__name__}: {exc})")
-    return missing
-
-
-def source_of(target: str) -> str:
-    try:
-        return inspect.getsource(inspect.unwrap(resolve(target)))
-    except (ImportError, AttributeError, ValueError, OSError, TypeError):
-        return ""
-
-
-def native_reason(gate) -> str | None:
-    """Why upstream already does what ``gate`` (a gate module or its name) does, or
-    None. A gate is native when the upstream function it hooks carries one of the
-    gate's ``NATIVE_MARKERS`` (from 0.5.18 pool, graph and warmup ask the
-    disaggregation mode themselves, from 0.5.22 the budget asks the pool's own
-    helper; a patched SGLang from ``patches/`` carries them too)."""
-    if isinstance(gate, str):
-        from sglang_pd_lean.gates import all_gates
-
-        gate = next((g for g in all_gates() if g.NAME == gate), None)
-    markers = getattr(gate, "NATIVE_MARKERS", ())
-    if not markers:
+def native_reason(gate: Gate) -> str | None:
+    """Why upstream already does what ``gate`` does, or None: the upstream function
+    it hooks carries one of its ``native_markers`` (from 0.5.18 pool, graph and
+    warmup ask the disaggregation mode themselves, from 0.5.22 the budget asks the
+    pool's own helper; a patched SGLang from ``patches/`` carries them too)."""
+    if not gate.native_markers or gate.target is None:
         return None
-    source = source_of(gate.TARGET)
-    found = [marker for marker in markers if marker in source]
+    source = source_of(gate.target)
+    found = [marker for marker in gate.native_markers if marker in source]
     if not found:
         return None
-    return f"upstream {gate.TARGET.rsplit('.', 1)[-1]}() checks {found[0]}"
+    return f"upstream {gate.target.rsplit('.', 1)[-1]}() checks {found[0]}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class GatePlan:
     name: str
     summary: str
-    state: str
-    detail: str = ""
-    hooks: list = field(default_factory=list)
+    state: GateState
+    detail: str
+    hooks: tuple[Hook, ...]
+
+
+def _state(gate: Gate) -> tuple[GateState, str]:
+    native = native_reason(gate)
+    if native:
+        return GateState.NATIVE, native
+    reason = gate.applicable()
+    if reason and gate.target is not None:
+        return GateState.UNSAFE, reason
+    if reason:
+        return GateState.NOT_APPLICABLE, reason
+    if not gate.hooks():
+        return GateState.UNHANDLED, "this SGLang needs a gate the plugin does not have"
+    return GateState.NEEDED, ""
 
 
 def plan() -> list[GatePlan]:
     """Every gate with its state on the installed SGLang."""
-    from sglang_pd_lean.gates import all_gates
-
+    states = {gate.name: _state(gate) for gate in all_gates()}
+    for gate in all_gates():
+        state, _ = states[gate.name]
+        lacking = [
+            name
+            for name in gate.requires
+            if states[name][0] not in (GateState.NEEDED, GateState.NATIVE)
+        ]
+        if state == GateState.NEEDED and lacking:
+            states[gate.name] = (
+                GateState.UNSAFE,
+                f"needs the {', '.join(lacking)} gate, which is not applied",
+            )
     disabled = kill_switch_on()
     plans = []
     for gate in all_gates():
-        native = native_reason(gate)
-        if native:
-            state, detail = NATIVE, native
-        else:
-            state, detail = NEEDED, ""
-            applicable = getattr(gate, "applicable", None)
-            reason = applicable() if applicable else None
-            if reason:
-                state, detail = NOT_APPLICABLE, reason
-            elif not gate.hooks():
-                state, detail = (
-                    UNHANDLED,
-                    "this SGLang needs a gate the plugin does not have",
-                )
-        if disabled and state == NEEDED:
-            state, detail = DISABLED, f"{KILL_SWITCH}=0"
-        plans.append(GatePlan(gate.NAME, gate.SUMMARY, state, detail, gate.hooks()))
+        state, detail = states[gate.name]
+        if disabled and state == GateState.NEEDED:
+            state, detail = GateState.DISABLED, f"{KILL_SWITCH}=0"
+        plans.append(
+            GatePlan(gate.name, gate.summary, state, detail, tuple(gate.hooks()))
+        )
     return plans
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the plugin registers on the installed SGLang, or why nothing."""
+
+    version: str | None
+    plans: tuple[GatePlan, ...]
+    hooks: tuple[Hook, ...]  # every needed gate's hooks
+    missing: tuple[str, ...]  # hook targets SGLang lacks: "target (why)"
+    refusal: str | None  # why nothing is registered, for a WARNING
+    disabled: bool  # the kill switch is on (an INFO, not a warning)
+
+    def gates_in(self, *states: GateState) -> list[str]:
+        return [gate.name for gate in self.plans if gate.state in states]
+
+    @property
+    def healthy(self) -> bool:
+        """The plugin can do its whole job on this SGLang (kill switch aside)."""
+        trouble = self.gates_in(GateState.UNHANDLED, GateState.UNSAFE)
+        return self.refusal is None and not trouble
+
+
+def decide() -> Decision:
+    """The installed SGLang's release, every gate's state, the hooks to register,
+    and why none are registered where that is the answer."""
+    version = sglang_version()
+    if version is None:
+        refusal = (
+            "SGLang is not installed in this environment: no hooks registered. "
+            f"Install a supported SGLang ({SUPPORTED[0]} to {SUPPORTED[-1]})."
+        )
+        return Decision(None, (), (), (), refusal, kill_switch_on())
+    plans = tuple(plan())
+    if not is_supported(version):
+        refusal = (
+            f"SGLang {version} is not a supported release ({SUPPORTED[0]} to "
+            f"{SUPPORTED[-1]}): no hooks registered, SGLang runs as upstream. "
+            f"Install a supported SGLang or uninstall sglang-pd-lean."
+        )
+        return Decision(version, plans, (), (), refusal, kill_switch_on())
+    hooks = tuple(
+        hook for gate in plans if gate.state == GateState.NEEDED for hook in gate.hooks
+    )
+    missing = tuple(missing_targets([hook.target for hook in hooks]))
+    refusal = None
+    if missing:
+        refusal = (
+            f"SGLang {version} lacks hook target(s) {'; '.join(missing)}: no hooks "
+            f"registered, SGLang runs as upstream. This SGLang build changed what "
+            f"the plugin hooks; report it with `sglang-pd-lean doctor`."
+        )
+    return Decision(version, plans, hooks, missing, refusal, kill_switch_on())

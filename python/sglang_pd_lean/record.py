@@ -2,69 +2,101 @@
 
     curl -s localhost:30000/server_info | jq '.internal_states[0].pd_lean'
     {"sglang_version": "0.5.17",
-     "gates": {"pool": "acted", "graph": "acted", "budget": "acted", ...},
+     "gates": {"pool": "acted", "graph": "stepped aside", "budget": "acted", ...},
+     "stepped_aside_because": {"graph": "upstream captures no decode graph here"},
      "not_allocated_bytes": {"verify ssm snapshots": 19404341248, ...},
      "budget": {"available_gib": 91.2,
                 "upstream": {"kv_bytes": ..., "kv_tokens": ..., "mamba_slots": ...},
                 "plugin": {"kv_bytes": ..., "kv_tokens": ..., "mamba_slots": ...}}}
 
 ``plugin.register()`` writes each gate's state on the installed SGLang (native
-upstream, applied by the plugin, ...); a gate that removes something on this rank
-turns its state into "acted" and files its figures here, as the rank measured them.
-Two reporting hooks carry the record to the operator: ``Scheduler.__init__``
-(BEFORE) logs the registration summary once SGLang has configured the rank's
-logging, and ``Scheduler.get_internal_state`` (AFTER) adds ``"pd_lean"`` to the
-scheduler's ``/server_info`` entry. Both exist on SGLang 0.5.16 to 0.5.23; where one
-is missing, the gates still apply and only the report is lost. Never raises.
+upstream, applied by the plugin, ...). A gate asked on this rank turns it into
+"acted" where it removed work upstream would have done, else "stepped aside" with
+the reason; "acted" is never turned back. Two reporting hooks carry the record to
+the operator: ``Scheduler.__init__`` (BEFORE) logs the registration summary once
+SGLang has configured the rank's logging, and ``Scheduler.get_internal_state``
+(AFTER) adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry. Both exist on
+SGLang 0.5.16 to 0.5.23; where one is missing, the gates still apply and only the
+report is lost. Never raises. ``reset()`` empties it (tests).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+from enum import Enum
 from typing import Any
 
-from sglang_pd_lean.gates import Hook
+from sglang_pd_lean.hook import Hook, When
 
 logger = logging.getLogger(__name__)
 
-ACTED = "acted"
-STEPPED_ASIDE = "stepped aside"
-
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 
-_record: dict[str, Any] = {
-    "sglang_version": None,
-    "gates": {},
-    "not_allocated_bytes": {},
-    "budget": {},
-}
+
+class Outcome(str, Enum):
+    """What a gate did on this rank (the value is what ``/server_info`` shows)."""
+
+    ACTED = "acted"  # removed work upstream would have done here
+    STEPPED_ASIDE = "stepped aside"  # left upstream's behaviour as it is
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _empty() -> dict[str, Any]:
+    return {
+        "sglang_version": None,
+        "gates": {},
+        "stepped_aside_because": {},
+        "not_allocated_bytes": {},
+        "budget": {},
+    }
+
+
+_record: dict[str, Any] = _empty()
 _summary: str | None = None
 _announced = False
+
+
+def reset() -> None:
+    """Forget everything this process recorded (tests)."""
+    global _record, _summary, _announced
+    _record = _empty()
+    _summary = None
+    _announced = False
 
 
 def registered(version: str | None, gates: dict[str, str], summary: str) -> None:
     """What ``plugin.register()`` decided, before any gate ran."""
     global _summary
     _record["sglang_version"] = version
-    _record["gates"] = dict(gates)
+    _record["gates"] = {name: str(state) for name, state in gates.items()}
     _summary = summary
 
 
-def acted(gate: str, **not_allocated: int | None) -> None:
-    """``gate`` removed something on this rank; ``not_allocated`` maps a census
-    component name to the bytes it did not allocate (None: not measured)."""
-    _record["gates"][gate] = ACTED
+def acted(gate: str, **not_allocated: int | None) -> bool:
+    """``gate`` removed work on this rank; ``not_allocated`` maps a component name
+    to the bytes it did not allocate (None: not measured). True the first time."""
+    first = _record["gates"].get(gate) != Outcome.ACTED.value
+    _record["gates"][gate] = Outcome.ACTED.value
+    _record["stepped_aside_because"].pop(gate, None)
     for component, nbytes in not_allocated.items():
         if nbytes is not None:
             _record["not_allocated_bytes"][component] = int(nbytes)
+    return first
 
 
-def stepped_aside(gate: str) -> None:
-    """``gate`` was asked on this rank and the worker keeps upstream's behaviour
-    (a gate that acted for one worker stays "acted" when another steps aside)."""
-    if _record["gates"].get(gate) != ACTED:
-        _record["gates"][gate] = STEPPED_ASIDE
+def stepped_aside(gate: str, reason: str) -> bool:
+    """``gate`` was asked on this rank and kept upstream's behaviour, because of
+    ``reason``. A gate that acted for one worker stays "acted" when another worker
+    of the rank steps aside. True if this changed the record."""
+    if _record["gates"].get(gate) == Outcome.ACTED.value:
+        return False
+    changed = _record["stepped_aside_because"].get(gate) != reason
+    _record["gates"][gate] = Outcome.STEPPED_ASIDE.value
+    _record["stepped_aside_because"][gate] = reason
+    return changed
 
 
 def budget(available_gib: float, upstream: dict | None, plugin: dict) -> None:
@@ -99,6 +131,6 @@ def add_to_internal_state(result: Any, *args: Any, **kwargs: Any) -> None:
 
 def hooks() -> list[Hook]:
     return [
-        Hook(f"{SCHEDULER}.__init__", announce, "BEFORE"),
-        Hook(f"{SCHEDULER}.get_internal_state", add_to_internal_state, "AFTER"),
+        Hook(f"{SCHEDULER}.__init__", announce, When.BEFORE),
+        Hook(f"{SCHEDULER}.get_internal_state", add_to_internal_state, When.AFTER),
     ]

@@ -1,15 +1,15 @@
 """Byte figures for people: binary units, labelled as such, never raising.
 
-    >>> human_bytes(18.07 * (1 << 30))
-    '18.07 GiB'
-    >>> human_bytes(3 << 20)
-    '3.00 MiB'
+>>> human_bytes(18.07 * (1 << 30))
+'18.07 GiB'
+>>> human_bytes(3 << 20)
+'3.00 MiB'
 """
 
 from __future__ import annotations
 
 GIB = 1 << 30
-_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_UNITS = (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def human_bytes(value: object) -> str:

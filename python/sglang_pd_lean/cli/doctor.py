@@ -14,38 +14,32 @@ from sglang_pd_lean.cli.environment import quiet_sglang
 
 
 def doctor_report() -> dict:
-    """The installed SGLang, every gate's state, and whether the plugin is healthy."""
+    """The installed SGLang, every gate's state, and whether the plugin is healthy:
+    ``compat.decide()``, the answer ``plugin.register()`` acts on."""
     from sglang_pd_lean import compat
 
-    version = compat.sglang_version()
-    supported = compat.is_supported(version)
-    plans = compat.plan() if version is not None else []
-    missing = compat.missing_targets(
-        [
-            hook.target
-            for gate in plans
-            if gate.state == compat.NEEDED
-            for hook in gate.hooks
-        ]
-    )
+    decision = compat.decide()
+    supported = compat.is_supported(decision.version)
     gates = [
         {
             "name": gate.name,
-            "state": gate.state if supported else "not applied (unsupported SGLang)",
+            "state": (
+                gate.state.value if supported else "not applied (unsupported SGLang)"
+            ),
             "detail": gate.detail or gate.summary,
         }
-        for gate in plans
+        for gate in decision.plans
     ]
-    unhandled = [gate.name for gate in plans if gate.state == compat.UNHANDLED]
     return {
-        "sglang_version": version,
+        "sglang_version": decision.version,
         "supported": supported,
         "supported_releases": [compat.SUPPORTED[0], compat.SUPPORTED[-1]],
-        "kill_switch": compat.kill_switch_on(),
+        "kill_switch": decision.disabled,
         "gates": gates,
-        "missing_hook_targets": missing,
-        "unhandled_gates": unhandled,
-        "healthy": supported and not missing and not unhandled,
+        "missing_hook_targets": list(decision.missing),
+        "unhandled_gates": decision.gates_in(compat.GateState.UNHANDLED),
+        "unsafe_gates": decision.gates_in(compat.GateState.UNSAFE),
+        "healthy": decision.healthy,
     }
 
 
@@ -71,4 +65,6 @@ def cmd_doctor(args) -> int:
         print(f"missing hook target: {line}")
     for name in report["unhandled_gates"]:
         print(f"unhandled: {name} (this SGLang needs a gate the plugin does not have)")
+    for name in report["unsafe_gates"]:
+        print(f"not registered: {name} (unsafe on this SGLang, see its detail)")
     return 0 if report["healthy"] else 1

@@ -7,61 +7,69 @@ the KV-cache budget whenever speculative decoding is on, and its automatic mamba
 sizing solves for slots *with* that snapshot budget. On a prefill target the pool
 gate (or upstream 0.5.18+) never allocates it: a phantom. On a worker that cannot
 verify, the hook runs upstream's sizing with the worker's ``spec_algorithm`` set to
-NONE, so it charges exactly what the pool builds without verify state. Persistent mamba state
-stays charged. Applies to SGLang 0.5.16 to 0.5.21; 0.5.22+ does this natively.
+NONE, so it charges exactly what the pool builds without verify state. Persistent
+mamba state stays charged. (The draft-token count needs no hiding: upstream's sizing
+reads it only with speculation on, or for ReplaySSM, which SGLang refuses on a
+prefill server.) Applies to SGLang 0.5.16 to 0.5.21; 0.5.22+ does this natively;
+never without the pool gate (or its native equivalent), which makes the reservation
+a phantom in the first place.
+
 What the returned share buys depends on SGLang's sizing: with the radix cache on and
 no ``--max-mamba-cache-size``, SGLang splits the budget between mamba slots and KV
 by a ratio, so the freed bytes buy more mamba slots and the KV cache may shrink;
 with the radix cache off or a fixed slot count, the KV cache grows. The INFO line
 and ``/server_info`` give both sizings (KV bytes, KV tokens, mamba slots) as this
-rank computed them. Leaves alone: decode, null and draft workers (same numbers as upstream, to the byte).
+rank computed them; where upstream's own sizing (run inside a config snapshot it
+restores) gives the same budget, the gate steps aside. Leaves alone: decode, null
+and draft workers (same numbers as upstream, to the byte).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from sglang_pd_lean import record
-from sglang_pd_lean.gates import Hook, without_speculation
-from sglang_pd_lean.role import judge_owner, setting
+from sglang_pd_lean.gates.base import (
+    Acted,
+    Call,
+    Gate,
+    SteppedAside,
+    without_speculation,
+)
+from sglang_pd_lean.role import setting
 from sglang_pd_lean.units import GIB, human_bytes
 
 logger = logging.getLogger(__name__)
 
-NAME = "budget"
-SUMMARY = "no phantom verify-state reservation in a prefill target's memory budget"
-TARGET = (
-    "sglang.srt.mem_cache.kv_cache_configurator."
-    "KVCacheConfigurator._handle_max_mamba_cache"
-)
-# Upstream does this itself when TARGET's source asks one of these (compat).
-NATIVE_MARKERS = ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode")
 
-
-def handle_max_mamba_cache(original, configurator, total_rest_memory, *args, **kwargs):
-    worker = judge_owner(configurator)
-    if worker.can_run_target_verify:
-        record.stepped_aside(NAME)
-        return original(configurator, total_rest_memory, *args, **kwargs)
-    upstream = _upstream_sizing(original, configurator, total_rest_memory)
-    # No verify step. (The draft-token count needs no hiding here: upstream's sizing
-    # reads it only with speculation on, or for ReplaySSM, which SGLang refuses on a
-    # prefill server; see gates/replayssm.py.)
-    with without_speculation(configurator):
-        rest = original(configurator, total_rest_memory, *args, **kwargs)
-    # KV tokens as SGLang will compute them, with the worker's real (draft-inclusive)
-    # per-token layout.
-    plugin = _sizing(configurator, rest)
-    record.acted(NAME)
-    record.budget(total_rest_memory, upstream, plugin)
-    logger.info(
-        f"[sglang-pd-lean] budget gate: {worker.describe()} cannot run "
-        f"TARGET_VERIFY; no verify-state reservation: {_outcome(upstream, plugin)}"
+class BudgetGate(Gate):
+    name = "budget"
+    summary = "no phantom verify-state reservation in a prefill target's memory budget"
+    target = (
+        "sglang.srt.mem_cache.kv_cache_configurator."
+        "KVCacheConfigurator._handle_max_mamba_cache"
     )
-    return rest
+    native_markers = ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode")
+    requires = ("pool",)
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        configurator = call.owner
+        upstream = _upstream_sizing(call)
+        with without_speculation(configurator):
+            rest = call.upstream()
+        # KV tokens as SGLang will compute them, with the worker's real
+        # (draft-inclusive) per-token layout.
+        plugin = _sizing(configurator, rest)
+        if upstream == plugin:
+            return SteppedAside(rest, "upstream reserves no verify state here")
+        total_rest_memory = call.args[1] if len(call.args) > 1 else None
+        total_rest_memory = call.kwargs.get("total_rest_memory", total_rest_memory)
+        record.budget(total_rest_memory, upstream, plugin)
+        return Acted(rest, f"no verify-state reservation: {_outcome(upstream, plugin)}")
 
 
-def _sizing(configurator, rest_gib) -> dict:
+def _sizing(configurator: Any, rest_gib: float) -> dict:
     """KV bytes, KV tokens and mamba slots of a sizing, as SGLang turns the KV budget
     into tokens (``config_from_budget``); a figure that cannot be computed is None."""
     kv_bytes = int(rest_gib * GIB)
@@ -74,10 +82,10 @@ def _sizing(configurator, rest_gib) -> dict:
     return {"kv_bytes": kv_bytes, "kv_tokens": tokens, "mamba_slots": slots}
 
 
-def _upstream_sizing(original, configurator, total_rest_memory) -> dict | None:
-    """Upstream's sizing, computed inside a config snapshot that is restored
-    afterwards (upstream publishes its slot count as it sizes). None on releases
-    without snapshots (0.5.16) or where upstream's own sizing fails."""
+def _upstream_sizing(call: Call) -> dict | None:
+    """Upstream's own sizing of this very call, inside a config snapshot that is
+    restored afterwards (upstream publishes its slot count as it sizes). None on
+    releases without snapshots (0.5.16) or where upstream's own sizing fails."""
     try:
         from sglang.srt.runtime_context import get_context
 
@@ -86,7 +94,7 @@ def _upstream_sizing(original, configurator, total_rest_memory) -> dict | None:
         return None
     try:
         with preserve():
-            return _sizing(configurator, original(configurator, total_rest_memory))
+            return _sizing(call.owner, call.upstream())
     except Exception as exc:  # upstream would not fit: report, never raise
         logger.debug(f"[sglang-pd-lean] budget gate: upstream sizing: {exc!r}")
         return None
@@ -112,5 +120,4 @@ def _outcome(upstream: dict | None, plugin: dict) -> str:
     return f"{text} ({human_bytes(kv_before - kv)} less KV cache)"
 
 
-def hooks() -> list[Hook]:
-    return [Hook(TARGET, handle_max_mamba_cache, "AROUND")]
+GATE = BudgetGate()

@@ -7,44 +7,50 @@ worker's decode graph (multi-step drafting) and draft-extend graph (``DRAFT_EXTE
 only replay after a verify step. A prefill server disables the decode graph backend
 by default, but when the operator sets one explicitly (``--cuda-graph-backend-decode``)
 upstream captures both, on every SGLang release 0.5.16 to 0.5.23, and never replays
-them. When the server's target cannot verify, the hook leaves the worker exactly as
-upstream's own no-capture path leaves it (both runners None, which the draft worker
-treats as "run eager") without capturing. Upstream DSPARK skips these natively; other
-draft workers (multi-layer EAGLE, frozen-KV MTP, DFLASH) are left alone.
+them. When the server's target cannot verify, the hook lets upstream run on a view of
+the draft worker whose ``draft_runner`` is a tripwire: upstream sets both runners to
+None, takes its own early returns (CPU, no decode graph backend, ...) and reads
+``draft_runner`` only when it is about to capture. An early return is upstream's
+own no-capture result (the gate steps aside); a tripped wire leaves the worker as
+that result leaves it (both runners None, which the draft worker treats as "run
+eager") without capturing. Upstream DSPARK skips these natively; other draft
+workers (multi-layer EAGLE, frozen-KV MTP, DFLASH) are left alone.
 """
 
 from __future__ import annotations
 
-import logging
-
-from sglang_pd_lean import record
-from sglang_pd_lean.gates import Hook
-from sglang_pd_lean.role import judge_owner
-
-logger = logging.getLogger(__name__)
-
-NAME = "draft_graph"
-SUMMARY = "no draft decode / draft-extend CUDA graphs on a prefill server"
-TARGET = "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs"
-# Upstream does this itself when TARGET's source asks one of these (compat).
-NATIVE_MARKERS = ("disaggregation_mode",)
+from sglang_pd_lean.gates.base import (
+    Acted,
+    Call,
+    Gate,
+    ReadThrough,
+    SteppedAside,
+    Tripwire,
+)
 
 
-def capture_cuda_graphs(original, draft_worker, *args, **kwargs):
-    # Asked about the target: the draft's graphs replay only after a target verify.
-    server = judge_owner(draft_worker, is_draft_worker=False)
-    if server.can_run_target_verify:
-        record.stepped_aside(NAME)
-        return original(draft_worker, *args, **kwargs)
-    draft_worker.cuda_graph_runner = None
-    draft_worker.cuda_graph_runner_for_draft_extend = None
-    record.acted(NAME)
-    logger.info(
-        f"[sglang-pd-lean] draft_graph gate: {server.describe()} cannot run "
-        f"TARGET_VERIFY; skipped the draft decode and draft-extend graph captures"
+class DraftGraphGate(Gate):
+    name = "draft_graph"
+    summary = "no draft decode / draft-extend CUDA graphs on a prefill server"
+    target = (
+        "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs"
     )
-    return None
+    native_markers = ("disaggregation_mode",)
+    # The draft's graphs replay only after a target verify: ask about the target.
+    judge_as_target = True
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        draft_worker, *rest = call.args
+        try:
+            probe = ReadThrough(draft_worker, draft_runner=Tripwire())
+            result = call.original(probe, *rest, **call.kwargs)
+        except Tripwire:
+            draft_worker.cuda_graph_runner = None
+            draft_worker.cuda_graph_runner_for_draft_extend = None
+            return Acted(
+                None, "skipped the draft decode and draft-extend graph captures"
+            )
+        return SteppedAside(result, "upstream captures no draft graphs here")
 
 
-def hooks() -> list[Hook]:
-    return [Hook(TARGET, capture_cuda_graphs, "AROUND")]
+GATE = DraftGraphGate()

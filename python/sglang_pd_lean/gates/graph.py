@@ -5,47 +5,54 @@ Hooks (AROUND) ``capture_decode_graph`` in
 speculative decoding on, upstream captures the target's decode graph in
 ``TARGET_VERIFY`` shape whenever a decode graph backend is enabled (for example
 ``--cuda-graph-backend-decode full``), even on a prefill server that never verifies.
-On a worker that cannot verify, the hook calls upstream with a read-through view of
-the model runner that reports ``is_generation=False``, so upstream returns its own
-no-capture result before it touches the device. Applies to SGLang 0.5.16 and 0.5.17;
-0.5.18+ does this natively. Leaves alone: prefill graphs, draft workers' graphs, and
-every decode / null / non-speculative worker.
+On a worker that cannot verify, the hook first lets upstream run on a view of the
+model runner whose ``gpu_id`` is a tripwire: upstream reads it only after every
+early return, just before it captures. If upstream returns first (no decode graph
+backend, a CPU without torch.compile, ...), that is its own no-capture result and
+the gate steps aside; if the tripwire fires, the gate calls upstream with a view
+that reports ``is_generation=False``, so upstream returns its no-capture result
+before it touches the device. Applies to SGLang 0.5.16 and 0.5.17; 0.5.18+ does
+this natively. Leaves alone: prefill graphs, draft workers' graphs, and every
+decode / null / non-speculative worker.
 """
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
-from sglang_pd_lean import record
-from sglang_pd_lean.gates import Hook, ReadThrough
-from sglang_pd_lean.role import judge_owner
-
-logger = logging.getLogger(__name__)
-
-NAME = "graph"
-SUMMARY = "no target-verify CUDA graph capture on a prefill target"
-TARGET = (
-    "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
-    "capture_decode_graph"
+from sglang_pd_lean.gates.base import (
+    Acted,
+    Call,
+    Gate,
+    ReadThrough,
+    SteppedAside,
+    Tripwire,
 )
-# Upstream does this itself when TARGET's source asks one of these (compat).
-NATIVE_MARKERS = ("disaggregation_mode",)
 
 
-def capture_decode_graph(original, *args, **kwargs):
-    model_runner = kwargs.get("model_runner", args[0] if args else None)
-    worker = judge_owner(model_runner)
-    if worker.can_run_target_verify:
-        record.stepped_aside(NAME)
-        return original(*args, **kwargs)
-    result = original(model_runner=ReadThrough(model_runner, is_generation=False))
-    record.acted(NAME)
-    logger.info(
-        f"[sglang-pd-lean] graph gate: {worker.describe()} cannot run TARGET_VERIFY; "
-        f"skipped the target-verify graph capture"
+class GraphGate(Gate):
+    name = "graph"
+    summary = "no target-verify CUDA graph capture on a prefill target"
+    target = (
+        "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
+        "capture_decode_graph"
     )
-    return result
+    native_markers = ("disaggregation_mode",)
+
+    def owner_of(self, args: tuple, kwargs: dict) -> Any:
+        return kwargs.get("model_runner", args[0] if args else None)
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        try:
+            probe = ReadThrough(call.owner, gpu_id=Tripwire())
+            result = call.original(model_runner=probe)
+        except Tripwire:
+            view = ReadThrough(call.owner, is_generation=False)
+            return Acted(
+                call.original(model_runner=view),
+                "skipped the target-verify graph capture",
+            )
+        return SteppedAside(result, "upstream captures no decode graph here")
 
 
-def hooks() -> list[Hook]:
-    return [Hook(TARGET, capture_decode_graph, "AROUND")]
+GATE = GraphGate()

@@ -9,11 +9,16 @@ count to ``HybridReqToTokenPool`` -> ``MambaPool``, which then allocates
 pool from a ``server_args`` view whose draft-token count is None, so ``MambaPool``
 builds its plain ``State``. Persistent conv/ssm state (handed to the decode server)
 is untouched. Applies to SGLang 0.5.16 and 0.5.17; 0.5.18+ does this natively.
+
 The bytes not allocated are measured, not re-derived: upstream's own build of the
-pool it would have made runs once more under ``FakeTensorMode`` (no memory, its
-allocation log line muted) and the census counts its verify-only tensors; best
-effort, a failure there only loses the figure. Leaves alone: decode pools (``_build_hybrid_mamba_decode_req_pool``), unified-memory
-pools, draft workers (they share the target's pool) and ReplaySSM rings.
+pool it would have made runs once more under ``FakeTensorMode`` (no memory, SGLang's
+pool log muted) and ``accounting`` counts its verify-only tensors. Where that build
+holds none, the gate steps aside and upstream builds its own pool; where it cannot
+be measured, the gate acts without a figure. Not registered where the installed
+SGLang would hand the verify state to the decode server (``applicable``): removing
+it there would change the transfer layout. Leaves alone: decode pools
+(``_build_hybrid_mamba_decode_req_pool``), unified-memory pools, draft workers (they
+share the target's pool) and ReplaySSM rings.
 """
 
 from __future__ import annotations
@@ -21,50 +26,86 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from sglang_pd_lean import record
-from sglang_pd_lean.gates import Hook, no_draft_tokens, temporarily
-from sglang_pd_lean.role import judge_owner
+from sglang_pd_lean.gates.base import (
+    Acted,
+    Call,
+    Gate,
+    SteppedAside,
+    no_draft_tokens,
+    temporarily,
+)
 from sglang_pd_lean.units import human_bytes
+from sglang_pd_lean.upstream import resolve, source_of
 
 logger = logging.getLogger(__name__)
 
-NAME = "pool"
-SUMMARY = "no MambaPool.SpeculativeState on a prefill target"
-TARGET = (
-    "sglang.srt.mem_cache.kv_cache_configurator."
-    "KVCacheConfigurator._build_hybrid_req_pool"
-)
-# Upstream does this itself when TARGET's source asks one of these (compat).
-NATIVE_MARKERS = ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state")
 # SGLang's logger of the pool constructors, muted while the phantom pool is measured.
 _POOL_LOGGER = "sglang.srt.mem_cache.memory_pool"
+_MAMBA_POOL = "sglang.srt.mem_cache.memory_pool.MambaPool"
+# MambaPool.SpeculativeState fields the pool gate removes.
+REMOVED_FIELDS = ("intermediate_ssm", "intermediate_conv_window")
 
 
-def build_hybrid_req_pool(original, configurator, *args, **kwargs):
-    worker = judge_owner(configurator)
-    if worker.can_run_target_verify:
-        record.stepped_aside(NAME)
-        return original(configurator, *args, **kwargs)
-    server_args = configurator.server_args
-    not_allocated = verify_state_bytes(original, configurator, *args, **kwargs)
-    with temporarily(configurator, server_args=no_draft_tokens(server_args)):
-        pool = original(configurator, *args, **kwargs)
-    record.acted(NAME, **not_allocated)
-    figures = ", ".join(
-        f"{human_bytes(nbytes)} of {component}"
-        for component, nbytes in not_allocated.items()
+def transferred_removed_fields() -> list[str] | None:
+    """The removed fields the installed SGLang would hand to the decode server
+    (``MambaPool.get_contiguous_buf_infos``), or None where that cannot be read.
+    0.5.17+ name the fields it keeps back in ``_NON_TRANSFER_STATE_FIELDS``; 0.5.16
+    skips them by name inside ``get_contiguous_buf_infos``."""
+    try:
+        kept_back = resolve(f"{_MAMBA_POOL}._NON_TRANSFER_STATE_FIELDS")
+    except (ImportError, AttributeError):
+        source = source_of(f"{_MAMBA_POOL}.get_contiguous_buf_infos")
+        if not source:
+            return None
+        return [f for f in REMOVED_FIELDS if f'"{f}"' not in source]
+    return [f for f in REMOVED_FIELDS if f not in kept_back]
+
+
+class PoolGate(Gate):
+    name = "pool"
+    summary = "no MambaPool.SpeculativeState on a prefill target"
+    target = (
+        "sglang.srt.mem_cache.kv_cache_configurator."
+        "KVCacheConfigurator._build_hybrid_req_pool"
     )
-    logger.info(
-        f"[sglang-pd-lean] pool gate: {worker.describe()} cannot run TARGET_VERIFY; "
-        f"built MambaPool without SpeculativeState: "
-        f"{figures or 'verify state'} not allocated"
-    )
-    return pool
+    native_markers = ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state")
+
+    def applicable(self) -> str | None:
+        transferred = transferred_removed_fields()
+        if transferred is None:
+            return "cannot tell whether SGLang transfers MambaPool's verify state"
+        if transferred:
+            return (
+                f"SGLang transfers {', '.join(transferred)} to the decode server; "
+                f"removing it would change the transfer layout"
+            )
+        return None
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        not_allocated = verify_state_bytes(call)
+        if not_allocated == {}:
+            return SteppedAside(
+                call.upstream(), "upstream allocates no verify state for this pool"
+            )
+        configurator = call.owner
+        view = no_draft_tokens(configurator.server_args)
+        with temporarily(configurator, server_args=view):
+            pool = call.upstream()
+        figures = ", ".join(
+            f"{human_bytes(nbytes)} of {component}"
+            for component, nbytes in (not_allocated or {}).items()
+        )
+        return Acted(
+            pool,
+            f"built MambaPool without SpeculativeState: "
+            f"{figures or 'verify state'} not allocated",
+            not_allocated,
+        )
 
 
-def verify_state_bytes(original, configurator, *args, **kwargs) -> dict[str, int]:
+def verify_state_bytes(call: Call) -> dict[str, int] | None:
     """Bytes of each verify-only component in the pool upstream would build here,
-    counted on a ``FakeTensorMode`` build; {} where that cannot be measured."""
+    counted on a ``FakeTensorMode`` build; None where that cannot be measured."""
     try:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -74,12 +115,11 @@ def verify_state_bytes(original, configurator, *args, **kwargs) -> dict[str, int
         with contextlib.ExitStack() as stack:
             stack.enter_context(temporarily(pool_logger, disabled=True))
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-            phantom = original(configurator, *args, **kwargs)
+            phantom = call.upstream()
         return verify_only(component_bytes(phantom))
     except Exception as exc:  # a log figure never breaks a start-up
         logger.debug(f"[sglang-pd-lean] pool gate: verify state not measured: {exc!r}")
-        return {}
+        return None
 
 
-def hooks() -> list[Hook]:
-    return [Hook(TARGET, build_hybrid_req_pool, "AROUND")]
+GATE = PoolGate()

@@ -5,19 +5,18 @@ by ``TARGET_VERIFY`` and the commit after it). Built by hand on a CPU, a prefill
 target's pool would still hold them, but every supported SGLang refuses the flag on a
 PD prefill server before any pool exists (``handle_linear_attn_backend`` in
 ``arg_groups/attention_hook.py`` on 0.5.21+, ``ServerArgs`` before; 0.5.16 refuses
-its ``--enable-gdn-replayssm-spec`` under any PD mode).
-So there is nothing to gate; ``applicable()`` re-checks that refusal in the installed
-SGLang and the doctor reports it.
+its ``--enable-gdn-replayssm-spec`` under any PD mode). So there is nothing to
+hook; ``applicable()`` re-checks that refusal in the installed SGLang, and a
+release that stopped refusing reads as "needed, not handled".
 """
 
 from __future__ import annotations
 
 import re
 
-from sglang_pd_lean.gates import Hook
+from sglang_pd_lean.gates.base import Gate
+from sglang_pd_lean.upstream import source_of
 
-NAME = "replayssm"
-SUMMARY = "no ReplaySSM verify rings on a prefill target"
 # 0.5.17+: "...replayssm-spec is not supported on a PD prefill server..."
 # 0.5.16:  "--enable-gdn-replayssm-spec is not supported under PD disaggregation..."
 _REFUSAL = re.compile(r"replayssm-spec is not supported (on a PD|under PD)")
@@ -27,15 +26,19 @@ VALIDATORS = (
 )
 
 
-def hooks() -> list[Hook]:
-    return []
+class ReplaySSMGate(Gate):
+    name = "replayssm"
+    summary = "no ReplaySSM verify rings on a prefill target"
+    target = None
+
+    def applicable(self) -> str | None:
+        for validator in VALIDATORS:
+            if _REFUSAL.search(source_of(validator)):
+                return (
+                    f"SGLang refuses the ReplaySSM spec flag on a PD prefill server "
+                    f"({validator})"
+                )
+        return None
 
 
-def applicable() -> str | None:
-    """Why this gate does not apply, or None if the installed SGLang would need it."""
-    from sglang_pd_lean import compat
-
-    for validator in VALIDATORS:
-        if _REFUSAL.search(compat.source_of(validator)):
-            return f"SGLang refuses the ReplaySSM spec flag on a PD prefill server ({validator})"
-    return None
+GATE = ReplaySSMGate()

@@ -1,0 +1,194 @@
+"""The gate contract and the opening every gate shares.
+
+    class GraphGate(Gate):
+        name = "graph"
+        summary = "no target-verify CUDA graph capture on a prefill target"
+        target = "sglang.srt...cuda_graph_setup.capture_decode_graph"
+        native_markers = ("disaggregation_mode",)
+
+        def act(self, call: Call) -> Acted | SteppedAside:
+            ...  # only what this gate changes
+
+``Gate.around`` is the AROUND hook ``HookRegistry`` runs: it judges the worker
+(``role.judge_owner``), calls upstream unchanged and records "stepped aside" where
+the worker can verify, else hands over to the gate's ``act``, records what it
+returned, and logs the first time the gate acts on the rank. A subclass that misses
+part of the contract is refused with a ``TypeError`` when it is defined.
+Hooks never copy upstream code: they change the inputs or the context of the
+upstream call (an argument, a temporary attribute) and let upstream work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from sglang_pd_lean import record
+from sglang_pd_lean.hook import Hook, When
+from sglang_pd_lean.role import Worker, judge_owner
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the hooked upstream function, as a gate sees it."""
+
+    original: Callable
+    args: tuple
+    kwargs: dict
+    owner: Any  # the object judged: model runner, configurator, draft worker
+    worker: Worker
+
+    def upstream(self) -> Any:
+        """Upstream's own call, unchanged."""
+        return self.original(*self.args, **self.kwargs)
+
+
+class Acted(NamedTuple):
+    result: Any
+    detail: str  # what was removed, for the log line
+    not_allocated: dict[str, int] | None = None  # component -> bytes, where measured
+
+
+class SteppedAside(NamedTuple):
+    result: Any  # what upstream's unchanged call returned
+    reason: str  # why the gate had nothing to remove here
+
+
+class Gate:
+    """One verify-only piece a worker that cannot run ``TARGET_VERIFY`` skips."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    # Dotted path of the upstream function hooked (AROUND); None: nothing to hook.
+    target: ClassVar[str | None]
+    # Strings whose presence in ``target``'s source means upstream does it itself.
+    native_markers: ClassVar[tuple[str, ...]] = ()
+    # Gates whose absence makes this one unsafe (``compat``).
+    requires: ClassVar[tuple[str, ...]] = ()
+    # Judge the server's target, not the worker that owns the call (draft graphs).
+    judge_as_target: ClassVar[bool] = False
+    _contract: ClassVar[tuple[str, ...]] = ("name", "summary", "target")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [attr for attr in cls._contract if not hasattr(cls, attr)]
+        if missing:
+            raise TypeError(
+                f"gate {cls.__name__} lacks {', '.join(missing)}: set them as class "
+                f"attributes (target = None for a gate with nothing to hook)"
+            )
+        if cls.target is not None and cls.act is Gate.act:
+            raise TypeError(
+                f"gate {cls.__name__} hooks {cls.target} but defines no act(); "
+                f"set target = None for a gate with nothing to hook"
+            )
+
+    def __repr__(self) -> str:
+        return f"<{self.name} gate>"
+
+    def hooks(self) -> list[Hook]:
+        """The ``HookRegistry`` registrations this gate needs."""
+        return [Hook(self.target, self.around, When.AROUND)] if self.target else []
+
+    def applicable(self) -> str | None:
+        """Why this gate does not apply to the installed SGLang, or None."""
+        return None
+
+    def owner_of(self, args: tuple, kwargs: dict) -> Any:
+        """The object the hooked call belongs to (``self`` of a method)."""
+        return args[0] if args else None
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        """Run upstream without the verify-only piece, or step aside with a reason."""
+        raise NotImplementedError
+
+    def around(self, original: Callable, *args: Any, **kwargs: Any) -> Any:
+        """The AROUND hook: the opening every gate shares."""
+        try:
+            owner = self.owner_of(args, kwargs)
+        except Exception:  # if in doubt, keep the bytes (judge_owner says so)
+            owner = None
+        worker = judge_owner(
+            owner, is_draft_worker=False if self.judge_as_target else None
+        )
+        call = Call(original, args, kwargs, owner, worker)
+        if worker.can_run_target_verify:
+            record.stepped_aside(
+                self.name, f"{worker.describe()} can run TARGET_VERIFY"
+            )
+            return call.upstream()
+        outcome = self.act(call)
+        if isinstance(outcome, SteppedAside):
+            if record.stepped_aside(self.name, outcome.reason):
+                logger.info(
+                    f"[sglang-pd-lean] {self.name} gate: {worker.describe()} cannot "
+                    f"run TARGET_VERIFY; stepped aside: {outcome.reason}"
+                )
+            return outcome.result
+        if record.acted(self.name, **(outcome.not_allocated or {})):
+            logger.info(
+                f"[sglang-pd-lean] {self.name} gate: {worker.describe()} cannot run "
+                f"TARGET_VERIFY; {outcome.detail}"
+            )
+        return outcome.result
+
+
+class ReadThrough:
+    """A view of ``base`` that answers ``overrides`` and reads everything else through."""
+
+    __slots__ = ("_base", "_overrides")
+
+    def __init__(self, base: Any, **overrides: Any) -> None:
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "_overrides", overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        overrides = object.__getattribute__(self, "_overrides")
+        if name in overrides:
+            value = overrides[name]
+            if isinstance(value, Tripwire):
+                raise value
+            return value
+        return getattr(object.__getattribute__(self, "_base"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_base"), name, value)
+
+
+class Tripwire(Exception):
+    """Raised by a ``ReadThrough`` attribute that upstream reads only once it has
+    passed every early return, i.e. once it is about to do the work a gate removes."""
+
+
+@contextlib.contextmanager
+def temporarily(owner: Any, **values: Any) -> Iterator[None]:
+    """Set attributes of ``owner`` for the duration of the block, then restore them."""
+    saved = {name: getattr(owner, name) for name in values}
+    for name, value in values.items():
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(owner, name, value)
+
+
+def no_draft_tokens(server_args: Any) -> ReadThrough:
+    """``server_args`` as a pool builder sees it on a worker with no verify step."""
+    return ReadThrough(
+        server_args,
+        speculative_num_draft_tokens=None,
+        max_speculative_num_draft_tokens=None,
+    )
+
+
+def without_speculation(owner: Any, **values: Any):
+    """``owner.spec_algorithm`` is NONE for the block (plus any other ``values``)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return temporarily(owner, spec_algorithm=SpeculativeAlgorithm.NONE, **values)
