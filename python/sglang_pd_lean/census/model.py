@@ -65,6 +65,12 @@ def prepare(inputs: Inputs):
     inputs.validate()
     data = read_config_dict(inputs)
     mc = model_config(data, context_length=inputs.context_length)
+    return mc, linear_of(mc, data)
+
+
+def linear_of(mc, data: dict) -> Any:
+    """SGLang's linear-state config of the model; one CensusError line where SGLang
+    gives the model none (not a hybrid for this SGLang)."""
     with sglang_rejects("SGLang cannot read this config's linear-attention layers"):
         linear = linear_state_config(mc)
     if linear is None:
@@ -83,7 +89,25 @@ def prepare(inputs: Inputs):
             f"model_type {data['model_type']!r} has no linear-attention (mamba/GDN/KDA) "
             f"layers: it has no mamba state and nothing for this plugin to gate"
         )
-    return mc, linear
+    return linear
+
+
+def cache_params_of(linear, mc, tp: int) -> Any:
+    """SGLang's mamba cache parameters at ``tp`` (call with the configuration
+    published); one CensusError line where SGLang returns none or no layers."""
+    with sglang_rejects(f"SGLang cannot shape the mamba state at --tp {tp}"):
+        params = linear.mamba2_cache_params
+    if params is None:
+        raise CensusError(
+            f"SGLang returns no linear-attention cache parameters for this config "
+            f"({type(linear).__name__}): nothing to count"
+        )
+    if not list(params.layers):
+        raise CensusError(
+            f"none of this config's {mc.num_hidden_layers} layers is a "
+            f"linear-attention layer for SGLang: no mamba state to count"
+        )
+    return params
 
 
 def check_tp_heads(linear, tp: int) -> None:

@@ -48,8 +48,17 @@ def parallel(*, tp: int) -> Iterator[None]:
         yield
 
 
-def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, int]):
-    """A real KVCacheConfigurator, filled in as a plain dataclass."""
+def configurator(
+    mc,
+    server_args,
+    *,
+    is_draft_worker: bool,
+    layers: tuple[int, int],
+    page_size: int = 1,
+    spec_aux: Any = None,
+):
+    """A real KVCacheConfigurator, filled in as a plain dataclass. ``spec_aux``:
+    SGLang's draft-model description (default: the model's own MTP depth)."""
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -65,7 +74,7 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         gpu_id=0,
         model_config=mc,
         server_args=server_args,
-        page_size=1,
+        page_size=page_size,
         kv_cache_dtype=mc.dtype,
         model_dtype=mc.dtype,
         spec_algorithm=SpeculativeAlgorithm.from_string(
@@ -77,7 +86,7 @@ def configurator(mc, server_args, *, is_draft_worker: bool, layers: tuple[int, i
         is_hybrid_swa_compress=False,
         use_mla_backend=False,
         layer_info=layer_info(*layers),
-        spec_aux_config=spec_aux_config(mc),
+        spec_aux_config=spec_aux if spec_aux is not None else spec_aux_config(mc),
         ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
         pp_size=1,  # 0.5.21+ keep these on the configurator itself
         attn_dp_size=1,

@@ -7,7 +7,10 @@ plugin), sized first where the operator gave the memory, plus the warmup buffers
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
+from typing import Any
 
 from sglang_pd_lean.accounting import component_bytes
 from sglang_pd_lean.census.inputs import (
@@ -17,7 +20,13 @@ from sglang_pd_lean.census.inputs import (
     Inputs,
     sglang_rejects,
 )
-from sglang_pd_lean.census.model import check_tp_heads, prepare, ssm_dtype, stage_layers
+from sglang_pd_lean.census.model import (
+    cache_params_of,
+    check_tp_heads,
+    prepare,
+    ssm_dtype,
+    stage_layers,
+)
 from sglang_pd_lean.census.pools import (
     build_request_pool,
     column_behaviour,
@@ -31,22 +40,41 @@ from sglang_pd_lean.census.sizing import change, size_budget
 from sglang_pd_lean.census.warmup import warmup
 
 
-def census_role(inputs: Inputs, mc, role: str, layers: tuple[int, int]) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class RolePlan:
+    """How one role's column pair is built: the ServerArgs fields to size with
+    (the slot count as the operator set it), the counts to build with where there
+    is no sizing or it does not fit, and the memory SGLang's sizing receives."""
+
+    fields: dict
+    slots: int
+    requests: int
+    available_gib: float | None = None
+    page_size: int = 1
+    spec_aux: Any = None
+
+
+def census_role(mc, layers: tuple[int, int], plan: RolePlan) -> tuple:
     """One role, upstream and plugin: (pool summaries, sizing rows or None).
     With ``available_gib`` the pool is built with the slot and request counts
-    SGLang's sizing settled on (what the server allocates), else with the inputs'."""
+    SGLang's sizing settled on (what the server allocates), else with the plan's."""
     pools, sizing = {}, {}
+    build = functools.partial(
+        configurator,
+        mc,
+        is_draft_worker=False,
+        layers=layers,
+        page_size=plan.page_size,
+        spec_aux=plan.spec_aux,
+    )
     for column in ("upstream", "plugin"):
-        slots, requests = inputs.mamba_slots, inputs.max_running_requests
+        slots, requests = plan.slots, plan.requests
         with column_behaviour(column):
-            if inputs.available_gib:
-                fields = server_fields(inputs, role, sizing=True)
-                with published(**fields) as server_args:
-                    conf = configurator(
-                        mc, server_args, is_draft_worker=False, layers=layers
-                    )
+            if plan.available_gib:
+                with published(**plan.fields) as server_args:
+                    conf = build(server_args)
                     with sglang_rejects("SGLang cannot size this model's pools"):
-                        sized = size_budget(conf, inputs.available_gib, server_args)
+                        sized = size_budget(conf, plan.available_gib, server_args)
                 sizing[column] = sized
                 if sized["fits"]:
                     slots, requests = (
@@ -55,23 +83,44 @@ def census_role(inputs: Inputs, mc, role: str, layers: tuple[int, int]) -> tuple
                     )
                 if slots > MAX_SLOTS:
                     raise CensusError(
-                        f"--available-gib {inputs.available_gib:g} sizes {slots:,} "
+                        f"{plan.available_gib:g} GiB available sizes {slots:,} "
                         f"mamba slots, more than the census builds ({MAX_SLOTS:,}); "
                         f"give --max-mamba-cache-size"
                     )
-            fields = server_fields(inputs, role, slots=slots, requests=requests)
+            fields = dict(
+                plan.fields, max_mamba_cache_size=slots, max_running_requests=requests
+            )
             with published(**fields) as server_args:
-                conf = configurator(
-                    mc, server_args, is_draft_worker=False, layers=layers
-                )
+                conf = build(server_args)
                 with sglang_rejects("SGLang cannot build this model's request pool"):
                     pool = build_request_pool(conf, requests)
         pools[column] = summarize(component_bytes(pool))
         pools[column].update(mamba_slots=slots, request_slots=requests)
-    if not inputs.available_gib:
+    if not plan.available_gib:
         return pools, None
     sizing["change"] = change(sizing["upstream"], sizing["plugin"])
     return pools, sizing
+
+
+def require_state(roles: dict, linear_layers: int) -> None:
+    """A census needs state to count: ssm state, or conv state alone (short-conv
+    hybrids keep only a convolution window per layer)."""
+    components = roles["null"]["upstream"]["components"]
+    if components["ssm state"] == 0 and components["conv state"] == 0:
+        raise CensusError(
+            f"SGLang gives this config's {linear_layers} linear-attention layers "
+            f"0 bytes of ssm state and of conv state: nothing to count"
+        )
+
+
+def legacy_plan(inputs: Inputs, role: str) -> RolePlan:
+    """The plan for ``--model``/``--config`` with the census's own flags."""
+    return RolePlan(
+        fields=server_fields(inputs, role, sizing=bool(inputs.available_gib)),
+        slots=inputs.mamba_slots,
+        requests=inputs.max_running_requests,
+        available_gib=inputs.available_gib,
+    )
 
 
 def run(inputs: Inputs) -> dict:
@@ -89,16 +138,8 @@ def _run(inputs: Inputs) -> dict:
     with parallel(tp=inputs.tp):
         # 0.5.23 reads parallel config leaves from the published configuration too.
         with published(**server_fields(inputs, "null")):
-            with sglang_rejects(
-                f"SGLang cannot shape the mamba state at --tp {inputs.tp}"
-            ):
-                cache_params = linear.mamba2_cache_params
+            cache_params = cache_params_of(linear, mc, inputs.tp)
         linear_layers = list(cache_params.layers)
-        if not linear_layers:
-            raise CensusError(
-                f"none of this config's {mc.num_hidden_layers} layers is a "
-                f"linear-attention layer for SGLang: no mamba state to count"
-            )
         if inputs.pp > mc.num_hidden_layers:
             raise CensusError(
                 f"--pp {inputs.pp} is more than this model's "
@@ -107,13 +148,11 @@ def _run(inputs: Inputs) -> dict:
         layers = stage_layers(mc.num_hidden_layers, inputs.pp, linear_layers)
         roles, capacity_rows = {}, {}
         for role in ROLES:
-            roles[role], capacity_rows[role] = census_role(inputs, mc, role, layers)
+            roles[role], capacity_rows[role] = census_role(
+                mc, layers, legacy_plan(inputs, role)
+            )
         warmup_rows = warmup(inputs, mc)
-    if roles["null"]["upstream"]["components"]["ssm state"] == 0:
-        raise CensusError(
-            f"SGLang gives this config's {len(linear_layers)} linear-attention layers "
-            f"0 bytes of ssm state (0 value heads or a head dim of 0): nothing to count"
-        )
+    require_state(roles, len(linear_layers))
     result = {
         "sglang_version": sglang.__version__,
         "model": inputs.model or os.path.abspath(inputs.config),

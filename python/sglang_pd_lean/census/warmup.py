@@ -16,7 +16,7 @@ from sglang_pd_lean.census.pools import published, server_fields
 from sglang_pd_lean.role import setting, upstream_behaviour
 
 
-def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
+def autotune_buffer_bytes(mc, server_args, max_bs: int, draft_tokens: int) -> int:
     """Bytes of the warmup's FlashInfer-autotune dummy-decode buffers: upstream's
     ``EagerRunner._autotune_buffers`` and allocator, under FakeTensorMode, for a
     target whose eager batch holds ``max_running_requests`` requests. The model runner
@@ -27,7 +27,7 @@ def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     runner = object.__new__(EagerRunner)
-    runner._eager_max_bs = inputs.max_running_requests
+    runner._eager_max_bs = max_bs
     runner.model_runner = types.SimpleNamespace(
         server_args=server_args,
         is_draft_worker=False,
@@ -35,7 +35,7 @@ def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
         spec_algorithm=SpeculativeAlgorithm.from_string(
             setting("get_spec", "speculative_algorithm", server_args)
         ),
-        decode_num_tokens_per_req=lambda: inputs.speculative_num_draft_tokens,
+        decode_num_tokens_per_req=lambda: draft_tokens,
         model_config=mc,
         attn_backend=types.SimpleNamespace(get_cuda_graph_seq_len_fill_value=lambda: 1),
         ngram_embedding_manager=types.SimpleNamespace(enabled=False, table=None),
@@ -53,16 +53,32 @@ def autotune_buffer_bytes(mc, server_args, inputs: Inputs) -> int:
     return sum(storages.values())
 
 
-def warmup(inputs: Inputs, mc) -> dict:
-    """Per role: transient warmup buffers, upstream vs plugin."""
+def warmup_rows(mc, plans: dict[str, tuple[dict, int, int]]) -> dict:
+    """Per role: transient warmup buffers, upstream vs plugin. ``plans``: per role,
+    (ServerArgs fields, eager batch size, draft tokens per request)."""
     rows = {}
-    for role in ROLES:
-        with published(**server_fields(inputs, role)) as server_args:
+    for role, (fields, max_bs, draft_tokens) in plans.items():
+        with published(**fields) as server_args:
             with upstream_behaviour():
-                upstream = autotune_buffer_bytes(mc, server_args, inputs)
-            plugin = autotune_buffer_bytes(mc, server_args, inputs)
+                upstream = autotune_buffer_bytes(mc, server_args, max_bs, draft_tokens)
+            plugin = autotune_buffer_bytes(mc, server_args, max_bs, draft_tokens)
         rows[role] = {
             "upstream": {"autotune_buffers_bytes": upstream},
             "plugin": {"autotune_buffers_bytes": plugin},
         }
     return rows
+
+
+def warmup(inputs: Inputs, mc) -> dict:
+    """Per role, for the census's own flags."""
+    return warmup_rows(
+        mc,
+        {
+            role: (
+                server_fields(inputs, role),
+                inputs.max_running_requests,
+                inputs.speculative_num_draft_tokens,
+            )
+            for role in ROLES
+        },
+    )

@@ -11,6 +11,22 @@ from __future__ import annotations
 import argparse
 
 from sglang_pd_lean import __version__
+from sglang_pd_lean.census.launch import DEFAULT_GPU, GPUS
+
+# The census's own server flags: with a launch command they come after --.
+CENSUS_FLAGS = (
+    "tp",
+    "pp",
+    "max_running_requests",
+    "max_mamba_cache_size",
+    "speculative_num_draft_tokens",
+    "mamba_ssm_dtype",
+    "context_length",
+    "page_size",
+    "mamba_radix_cache_strategy",
+    "disable_radix_cache",
+)
+LAUNCH_ONLY = ("gpu", "gpu_memory_gib", "gpu_sm", "weights_gib")
 
 
 class UsageError(Exception):
@@ -141,6 +157,32 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="size mamba slots from running requests (SGLang's radix-off branch)",
     )
+    launch = report.add_argument_group(
+        "a launch command",
+        "report [these options] -- <python -m sglang.launch_server flags>: the server "
+        "flags resolved by the installed SGLang on the GPU named here (the flags above "
+        "from --tp to --disable-radix-cache are then given after --, as the server "
+        "takes them)",
+    )
+    launch.add_argument(
+        "--gpu",
+        type=str.lower,
+        metavar="NAME",
+        help=f"the GPU the server runs on: {', '.join(GPUS)} (default: {DEFAULT_GPU})",
+    )
+    launch.add_argument(
+        "--gpu-memory-gib",
+        type=_positive_finite_float,
+        help="another GPU: its total memory (with --gpu-sm)",
+    )
+    launch.add_argument(
+        "--gpu-sm", type=_positive_int, help="another GPU: SM version, e.g. 90, 100"
+    )
+    launch.add_argument(
+        "--weights-gib",
+        type=_positive_finite_float,
+        help="weights per rank (target + draft), where the checkpoint cannot tell",
+    )
     report.add_argument("--json", action="store_true", help="print one JSON object")
     report.add_argument(
         "--png", metavar="FILE", help="also draw a stacked bar chart, PNG, to FILE"
@@ -151,3 +193,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line; ``report ... -- FLAGS`` keeps FLAGS as ``args.launch``."""
+    launch = None
+    if argv and argv[0] == "report" and "--" in argv:
+        cut = argv.index("--")
+        argv, launch = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(argv)
+    args.launch = launch
+    if args.command != "report":
+        return args
+    if launch is not None:
+        defaults = build_parser().parse_args(["report"])
+        given = [n for n in CENSUS_FLAGS if getattr(args, n) != getattr(defaults, n)]
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise UsageError(
+                f"{flags}: with a launch command, give server flags after --, "
+                f"as launch_server takes them"
+            )
+        if not launch:
+            raise UsageError("nothing after --: give the launch_server flags")
+    else:
+        given = [n for n in LAUNCH_ONLY if getattr(args, n) is not None]
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise UsageError(
+                f"{flags} describe a launch: report {flags.split(',')[0]} ... "
+                f"-- <launch_server flags>"
+            )
+    return args

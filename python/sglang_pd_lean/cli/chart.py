@@ -34,7 +34,7 @@ def chart(result: dict):
     fig, ax = plt.subplots(figsize=(12, 5))
     bottoms = [0.0] * len(columns)
     for label, names in component_rows(roles):
-        heights = [sum(col[n] for n in names) / GIB for col in columns]
+        heights = [sum(col.get(n, 0) for n in names) / GIB for col in columns]
         ax.bar(labels, heights, bottom=bottoms, label=label)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     inputs = result["inputs"]

@@ -14,7 +14,7 @@ import signal
 import sys
 
 from sglang_pd_lean.census.inputs import CensusError
-from sglang_pd_lean.cli.args import UsageError, build_parser
+from sglang_pd_lean.cli.args import UsageError, parse
 from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
 from sglang_pd_lean.cli.environment import load_sglang_plugins
@@ -36,6 +36,8 @@ def cmd_report(args) -> int:
         for name in census.bundled_models():
             print(name)
         return 0
+    if args.launch is not None:
+        return _report(args, _launch_census(args))
     inputs = census.Inputs(
         model=args.model or (None if args.config else census.DEFAULT_MODEL),
         config=args.config,
@@ -57,7 +59,30 @@ def cmd_report(args) -> int:
     if args.png:
         check_png_target(args.png)
     load_sglang_plugins()
-    result = census.run(inputs)
+    return _report(args, census.run(inputs))
+
+
+def _launch_census(args) -> dict:
+    """The census of ``report ... -- <launch_server flags>``."""
+    from sglang_pd_lean.census.launch import gpu_facts
+    from sglang_pd_lean.census.server import Launch, check, run_launch
+
+    launch = Launch(
+        argv=args.launch,
+        gpu=gpu_facts(args.gpu, args.gpu_memory_gib, args.gpu_sm),
+        model=args.model,
+        config=args.config,
+        available_gib=args.available_gib,
+        weights_gib=args.weights_gib,
+    )
+    check(launch)
+    if args.png:
+        check_png_target(args.png)
+    load_sglang_plugins()
+    return run_launch(launch)
+
+
+def _report(args, result: dict) -> int:
     from sglang_pd_lean import compat
 
     result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
@@ -84,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     stops = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s]
     saved = {s: signal.signal(s, _stop) for s in stops}
     try:
-        args = build_parser().parse_args(argv)
+        args = parse(sys.argv[1:] if argv is None else list(argv))
         if args.command == "report":
             return cmd_report(args)
         return cmd_doctor(args)

@@ -70,6 +70,8 @@ def render_table(result: dict) -> str:
         + (f", mamba radix cache {strategy}" if strategy else ""),
         "",
     ]
+    if "resolved" in result:
+        lines += launch_header(result) + [""]
     roles = result["roles"]
     titles = [""] + [ROLE_TITLES[role] for role in roles]
     columns = [col for r in roles.values() for col in (r["upstream"], r["plugin"])]
@@ -79,7 +81,10 @@ def render_table(result: dict) -> str:
     for label, names in component_rows(roles):
         rows.append(
             [label]
-            + [human_bytes(sum(c["components"][n] for n in names)) for c in columns]
+            + [
+                human_bytes(sum(c["components"].get(n, 0) for n in names))
+                for c in columns
+            ]
         )
     rows.append(["total"] + [human_bytes(c["total_bytes"]) for c in columns])
     rows.append(
@@ -148,10 +153,15 @@ def render_table(result: dict) -> str:
                 notes.append(f"{ROLE_TITLES[role]} with the plugin: {', '.join(said)}")
     lines += _grid(titles, rows)
     if capacity:
+        source = (
+            "the available memory above, per role"
+            if "memory" in result
+            else f"{inputs['available_gib']!r} GiB per rank after weights"
+        )
         lines += [
             "",
-            f"Sizing: SGLang's own, from {inputs['available_gib']!r} GiB per rank "
-            f"after weights; mamba slots {inputs['mamba_sizing']}.",
+            f"Sizing: SGLang's own, from {source}; mamba slots "
+            f"{inputs['mamba_sizing']}.",
         ]
         if inputs["mamba_sizing"].startswith("automatic"):
             lines.append(
@@ -161,3 +171,70 @@ def render_table(result: dict) -> str:
             )
         lines += notes
     return "\n".join(lines)
+
+
+# Resolved values shown per role, in this order, with their labels.
+RESOLVED_ROWS = (
+    ("page_size", "page size"),
+    ("attention_backend", "attention backend"),
+    ("linear_attn_backend", "linear attn backend"),
+    ("mamba_radix_cache_strategy", "mamba radix strategy"),
+    ("disable_radix_cache", "radix cache off"),
+    ("mem_fraction_static", "mem fraction static"),
+    ("max_running_requests", "max running requests"),
+    ("speculative_draft_model_path", "draft model path"),
+    ("context_length", "context length"),
+)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def launch_header(result: dict) -> list[str]:
+    """What SGLang resolved from the launch flags, per role, and memory per rank."""
+    launch, resolved, memory = result["launch"], result["resolved"], result["memory"]
+    gpu = launch["gpu"]
+    roles = list(resolved)
+    rows = [["resolved by SGLang"] + [ROLE_TITLES[r] for r in roles]]
+    rows.append(
+        ["server flags give"]
+        + ["this server" if r == launch["role"] else "other role" for r in roles]
+    )
+    for key, label in RESOLVED_ROWS:
+        rows.append([label] + [_cell(resolved[r][key]) for r in roles])
+    rows.append(
+        ["draft layers in KV"]
+        + [str(memory[r]["draft_layers_in_kv_sizing"]) for r in roles]
+    )
+    if "weights_bytes" in memory[roles[0]]:
+        rows.append(
+            ["weights"] + [human_bytes(memory[r]["weights_bytes"]) for r in roles]
+        )
+        rows.append(
+            ["draft weights"]
+            + [human_bytes(memory[r]["draft_weights_bytes"]) for r in roles]
+        )
+    rows.append(
+        ["available (A)"]
+        + [human_bytes(memory[r]["available_gib"] * (1 << 30)) for r in roles]
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        f"Launch flags resolved by SGLang on {gpu['name']} "
+        f"({gpu['memory_mib'] / 1024:.2f} GiB, SM {gpu['sm']}); the other roles: "
+        f"the same flags with --disaggregation-mode replaced.",
+    ]
+    for row in rows:
+        cells = "".join(f"  {c:>{widths[i]}}" for i, c in enumerate(row[1:], 1))
+        lines.append(f"{row[0]:{widths[0]}}{cells}")
+    first = memory[roles[0]]
+    if "weights_source" in first:
+        lines.append(
+            f"Weights: {first['weights_source']}. A = (T - C) * mem_fraction_static "
+            f"- weights, T the GPU's memory, C = {first['cuda_context_gib']:g} GiB "
+            f"of CUDA context and communicators (--available-gib gives A exactly)."
+        )
+    else:
+        lines.append("Available memory A per rank: --available-gib, exactly.")
+    return lines

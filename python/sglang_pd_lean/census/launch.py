@@ -1,0 +1,294 @@
+"""Launch flags -> the ``ServerArgs`` SGLang resolves from them, on a named GPU.
+
+    gpu = gpu_facts("h200")
+    server_args = resolve(["--model-path", folder, "--tp", "4"], gpu)
+    resolved_value(server_args, "page_size"), role_argv(argv, "decode")
+
+The flags go through the installed SGLang's own ``prepare_server_args`` (its parser,
+defaults, role hooks and derivations; on 0.5.22+ ``resolve_once``). What SGLang would
+ask the GPU (is it CUDA, its SM version, its memory, its name) is answered from the
+GPU named here, only while the resolution runs: the probe functions are swapped
+wherever SGLang's modules hold them and put back after. Environment variables and
+the root logger, which resolution touches, are restored too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import logging
+import os
+import pkgutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from sglang_pd_lean.census.inputs import ROLES, CensusError, one_line
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    name: str  # as torch.cuda.get_device_name reports it
+    memory_mib: float  # total memory, as nvidia-smi's memory.total reports it
+    sm: int  # compute capability, major * 10 + minor
+    cores: int = 132  # streaming multiprocessors
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
+
+
+# Total memory as nvidia-smi reports it on each part (MiB), and its SM version.
+GPUS = {
+    "a100-80gb": Gpu("NVIDIA A100-SXM4-80GB", 81920, 80, 108),
+    "h100": Gpu("NVIDIA H100 80GB HBM3", 81559, 90, 132),
+    "h20": Gpu("NVIDIA H20", 97871, 90, 78),
+    "h200": Gpu("NVIDIA H200", 143771, 90, 132),
+    "b200": Gpu("NVIDIA B200", 183359, 100, 148),
+    "gb200": Gpu("NVIDIA GB200", 189471, 100, 152),
+}
+DEFAULT_GPU = "h200"
+
+# Resolved values that change bytes: shown in the report's header, per role.
+RESOLVED_FIELDS = (
+    "disaggregation_mode",
+    "page_size",
+    "attention_backend",
+    "linear_attn_backend",
+    "mamba_radix_cache_strategy",
+    "disable_radix_cache",
+    "mem_fraction_static",
+    "max_running_requests",
+    "max_mamba_cache_size",
+    "context_length",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "disaggregation_decode_extra_slots",
+    "mamba_ssm_dtype",
+    "tp_size",
+    "pp_size",
+    "chunked_prefill_size",
+)
+
+
+def gpu_facts(
+    name: str | None, memory_gib: float | None = None, sm: int | None = None
+) -> Gpu:
+    """The GPU the launch runs on: a name from ``GPUS``, or memory and SM given."""
+    if memory_gib is not None or sm is not None:
+        if name is not None:
+            raise CensusError("give --gpu NAME, or --gpu-memory-gib and --gpu-sm")
+        if memory_gib is None or sm is None:
+            raise CensusError("--gpu-memory-gib and --gpu-sm go together")
+        if not (0 < memory_gib < 1 << 20) or not (10 <= sm < 1000):
+            raise CensusError(
+                f"--gpu-memory-gib {memory_gib:g} --gpu-sm {sm}: not a GPU "
+                f"(SM is major*10+minor, e.g. 90 for Hopper)"
+            )
+        return Gpu(f"GPU with {memory_gib:g} GiB, SM {sm}", memory_gib * 1024, sm)
+    key = (name or DEFAULT_GPU).lower()
+    if key not in GPUS:
+        raise CensusError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)}")
+    return GPUS[key]
+
+
+def _probes(gpu: Gpu) -> dict[str, Any]:
+    """What each of SGLang's GPU probes (``sglang.srt.utils.common``) answers on ``gpu``."""
+    major, minor = divmod(gpu.sm, 10)
+
+    def answer(value):
+        return lambda *args, **kwargs: value
+
+    return {
+        "is_cuda": answer(True),
+        "is_cuda_alike": answer(True),
+        "is_hip": answer(False),
+        "is_flashinfer_available": answer(True),
+        "get_device": answer("cuda"),
+        "get_device_memory_capacity": answer(gpu.memory_mib),
+        "get_nvgpu_memory_capacity": answer(gpu.memory_mib),
+        "get_device_sm": answer(gpu.sm),
+        "get_device_capability": answer((major, minor)),
+        "get_device_name": answer(gpu.name),
+        "get_device_core_count": answer(gpu.cores),
+        "is_mnnvl_fabric_device": answer("GB200" in gpu.name or "GB300" in gpu.name),
+        "is_ampere_with_cuda_12_3": answer(major == 8),
+        "is_sm80_supported": answer(major == 8),
+        "is_sm90_supported": answer(major == 9),
+        "is_hopper_with_cuda_12_3": answer(major == 9),
+        "is_sm100_supported": answer(major == 10),
+        "is_sm110_supported": answer(major == 11),
+        "is_sm100_or_sm110_supported": answer(major in (10, 11)),
+        "is_sm120_supported": answer(major == 12),
+        "is_blackwell_supported": answer(major in (10, 11, 12)),
+        "is_blackwell": answer(major in (10, 11, 12)),
+    }
+
+
+def _preimport() -> None:
+    """Import what resolution imports lazily, before the probes answer for a GPU:
+    a module imported under them would take the GPU's import-time branches."""
+    import sglang.srt.arg_groups as groups
+
+    for name in (
+        "sglang.srt.configs.model_config",
+        "sglang.srt.mem_cache.kv_cache_configurator",
+        "sglang.srt.speculative.spec_info",
+        *(
+            m.name
+            for m in pkgutil.walk_packages(groups.__path__, groups.__name__ + ".")
+        ),
+    ):
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def on_gpu(gpu: Gpu) -> Iterator[None]:
+    """SGLang's GPU probes answer for ``gpu`` in the block, wherever a module of
+    SGLang holds them (by identity), and torch's capability query too."""
+    import torch
+    from sglang.srt.utils import common
+
+    fakes = _probes(gpu)
+    originals = {n: getattr(common, n) for n in fakes if hasattr(common, n)}
+    by_id = {id(f): n for n, f in originals.items()}
+    swapped = []
+    for module in list(sys.modules.values()):
+        if not getattr(module, "__name__", "").startswith("sglang"):
+            continue
+        for attr, value in list(vars(module).items()):
+            name = by_id.get(id(value))
+            if name is not None and value is originals[name]:
+                swapped.append((module, attr, value))
+                setattr(module, attr, fakes[name])
+    capability = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = fakes["get_device_capability"]
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = capability
+        for module, attr, value in swapped:
+            setattr(module, attr, value)
+
+
+@contextlib.contextmanager
+def _contained() -> Iterator[io.StringIO]:
+    """Environment, root logger and stderr as they were after the block."""
+    env = dict(os.environ)
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            yield err
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def resolve(argv: list[str], gpu: Gpu) -> Any:
+    """SGLang's own ``ServerArgs`` for the launch flags ``argv`` on ``gpu``;
+    whatever SGLang rejects is one ``CensusError`` line with SGLang's message."""
+    from sglang.srt.server_args import prepare_server_args
+
+    _preimport()
+    with _contained() as err, on_gpu(gpu):
+        try:
+            server_args = prepare_server_args(list(argv))
+            if hasattr(server_args, "resolve_once"):
+                server_args.resolve_once()
+        except SystemExit:
+            lines = [line for line in err.getvalue().splitlines() if line.strip()]
+            message = lines[-1] if lines else "invalid launch flags"
+            raise CensusError(f"SGLang's launch_server parser: {message}") from None
+        except Exception as exc:
+            raise CensusError(
+                f"SGLang rejects these launch flags: {type(exc).__name__}: "
+                f"{one_line(exc)}"
+            ) from None
+    return server_args
+
+
+def resolved_value(server_args: Any, name: str) -> Any:
+    """What SGLang's resolution decided for ``name`` (0.5.22+ keep the decisions
+    beside the raw fields; older releases write them onto the fields)."""
+    if hasattr(server_args, "resolve_once"):
+        from sglang.srt.arg_groups.overrides import resolution_result
+
+        return resolution_result(server_args, name)
+    return getattr(server_args, name, None)
+
+
+def field_names(server_args: Any) -> list[str]:
+    cls = type(server_args)
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    from sglang.srt.arg_groups.arg_utils import record_fields
+
+    return [f.name for f in record_fields(cls)]
+
+
+def resolved_fields(server_args: Any) -> dict[str, Any]:
+    """Every field as resolved, for publishing the same configuration again."""
+    return {
+        name: resolved_value(server_args, name) for name in field_names(server_args)
+    }
+
+
+def summary(server_args: Any) -> dict[str, Any]:
+    """The resolved values that change bytes, JSON-ready."""
+    out = {}
+    for name in RESOLVED_FIELDS:
+        value = resolved_value(server_args, name)
+        out[name] = (
+            value
+            if isinstance(value, (int, float, str, bool, type(None)))
+            else str(value)
+        )
+    return out
+
+
+def role_argv(argv: list[str], role: str) -> list[str]:
+    """The same flags with ``--disaggregation-mode`` replaced by ``role``."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--disaggregation-mode":
+            skip = True
+            continue
+        if arg.startswith("--disaggregation-mode="):
+            continue
+        out.append(arg)
+    return [*out, "--disaggregation-mode", role]
+
+
+def given_role(argv: list[str]) -> str:
+    """The role the flags themselves name (``null`` when they name none)."""
+    role = "null"
+    for i, arg in enumerate(argv):
+        if arg == "--disaggregation-mode" and i + 1 < len(argv):
+            role = argv[i + 1]
+        elif arg.startswith("--disaggregation-mode="):
+            role = arg.split("=", 1)[1]
+    return role if role in ROLES else "null"
+
+
+def model_path(argv: list[str]) -> str | None:
+    """The ``--model-path`` (or ``--model``) the flags give, if any."""
+    for i, arg in enumerate(argv):
+        for flag in ("--model-path", "--model"):
+            if arg == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
