@@ -271,7 +271,10 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
     [
         (dict(num_hidden_layers=0), "none of this config's 0 layers"),
         (dict(full_attention_interval=1), "none of this config's 48 layers"),
-        (dict(linear_num_value_heads=0), "0 bytes of ssm state"),
+        (
+            dict(linear_num_value_heads=0, linear_num_key_heads=0),
+            "0 bytes of ssm state and of conv state",
+        ),
         (dict(hidden_size="wide"), "SGLang cannot load this config"),
         (dict(linear_conv_kernel_dim=-3), "negative dimension"),
     ],
@@ -283,6 +286,16 @@ def test_a_config_sglang_rejects_or_empties_is_one_line(
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_linear_layers_with_only_conv_state_are_counted(tmp_path, capsys):
+    """Short-convolution hybrids keep a conv window and no ssm state per layer:
+    the census shows the conv state and the verify conv windows."""
+    config = write_config(tmp_path, linear_num_value_heads=0)
+    result = report_json(capsys, "--config", config, "--tp", "4")
+    null = result["roles"]["null"]["upstream"]["components"]
+    assert null["ssm state"] == 0 and null["conv state"] > 0
+    assert null["verify conv windows"] > 0
 
 
 def test_an_architecture_this_sglang_gives_no_mamba_pool_is_named(tmp_path, capsys):
@@ -497,13 +510,17 @@ def fake_plan(state: str, target: str) -> list:
         return original(*args, **kwargs)
 
     return [
-        compat.GatePlan("pool", "test gate", state, "", (Hook(target, hook, When.AROUND),))
+        compat.GatePlan(
+            "pool", "test gate", state, "", (Hook(target, hook, When.AROUND),)
+        )
     ]
 
 
 def test_doctor_fails_on_a_missing_hook_target(monkeypatch, capsys):
     target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.gone"
-    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target))
+    monkeypatch.setattr(
+        compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target)
+    )
     code, out = doctor(capsys)
     assert code == 1 and f"missing hook target: {target}" in out
 
@@ -516,7 +533,9 @@ def test_doctor_names_the_import_error_of_a_hooked_module(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     target = "broken_hooked_module.function"
-    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target))
+    monkeypatch.setattr(
+        compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target)
+    )
     code, out = doctor(capsys)
     assert code == 1
     assert "No module named 'a_dependency_that_is_not_installed'" in out
@@ -524,7 +543,9 @@ def test_doctor_names_the_import_error_of_a_hooked_module(
 
 def test_doctor_fails_on_an_unhandled_gate(monkeypatch, capsys):
     target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.__init__"
-    monkeypatch.setattr(compat, "plan", lambda: fake_plan(compat.GateState.UNHANDLED, target))
+    monkeypatch.setattr(
+        compat, "plan", lambda: fake_plan(compat.GateState.UNHANDLED, target)
+    )
     code, out = doctor(capsys)
     assert code == 1 and "unhandled: pool" in out
 
@@ -539,5 +560,9 @@ def test_doctor_under_the_kill_switch_still_calls_native_gates_native(
     for gate in report["gates"]:
         if gate["name"] not in NATIVE_FROM:
             continue
-        expected = compat.GateState.NATIVE if upstream_has(gate["name"]) else compat.GateState.DISABLED
+        expected = (
+            compat.GateState.NATIVE
+            if upstream_has(gate["name"])
+            else compat.GateState.DISABLED
+        )
         assert gate["state"] == expected, gate

@@ -1,0 +1,271 @@
+"""``report ... -- <launch_server flags>``: what the report says SGLang resolved equals
+SGLang's own resolution of the same flags, role by role; memory per rank from the
+stated sources; SGLang's refusals and the operator's mistakes as one line, exit 2;
+the GPU probes put back after the resolution."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+from conftest import sglang_minor
+
+from sglang_pd_lean import cli
+from sglang_pd_lean.census import launch, model
+from sglang_pd_lean.census.inputs import MODELS_DIR, ROLES
+from sglang_pd_lean.units import GIB
+
+NEXTN = [
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
+
+
+@pytest.fixture(scope="module")
+def qwen3_next() -> str:
+    """The bundled Qwen3-Next as a model folder."""
+    with open(os.path.join(MODELS_DIR, "qwen3-next-80b-a3b.json")) as f:
+        return model.model_folder(json.load(f))
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["report", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def report_json(capsys, *args: str) -> dict:
+    code, out, err = run(capsys, "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def sglang_resolution(argv: list[str], gpu: launch.Gpu) -> dict:
+    """SGLang's own ``prepare_server_args`` on ``gpu`` (the facts the report is given),
+    read through SGLang's own accessors: ``resolved_dict()`` where it exists
+    (0.5.22+), else the fields ``__post_init__`` wrote."""
+    from sglang.srt.server_args import prepare_server_args
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    env = dict(os.environ)
+    try:
+        with launch.on_gpu(gpu):
+            server_args = prepare_server_args(argv)
+            if hasattr(server_args, "resolve_once"):
+                server_args.resolve_once()
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        os.environ.clear()
+        os.environ.update(env)
+    if hasattr(server_args, "resolved_dict"):
+        return server_args.resolved_dict()
+    return {name: getattr(server_args, name) for name in launch.RESOLVED_FIELDS}
+
+
+def as_json(value):
+    return (
+        value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+    )
+
+
+LAUNCHES = {
+    "nextn-prefill-h200": ("h200", [*NEXTN, "--disaggregation-mode", "prefill"]),
+    "nextn-decode-b200": ("b200", [*NEXTN, "--disaggregation-mode", "decode"]),
+    "nextn-unified-h200-256": ("h200", [*NEXTN, "--max-running-requests", "256"]),
+    "explicit-strategy-h200": (
+        "h200",
+        [*NEXTN, "--mamba-radix-cache-strategy", "no_buffer"]
+        + ["--disable-overlap-schedule"],
+    ),
+    "no-speculation-h100": ("h100", ["--max-running-requests", "64"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAUNCHES))
+def test_resolved_values_equal_sglangs_own_resolution(case, qwen3_next, capsys):
+    gpu_name, flags = LAUNCHES[case]
+    argv = ["--model-path", qwen3_next, "--tp", "4", *flags]
+    result = report_json(capsys, "--gpu", gpu_name, "--weights-gib", "40", "--", *argv)
+    gpu = launch.GPUS[gpu_name]
+    assert result["launch"]["role"] == launch.given_role(argv)
+    for role in ROLES:
+        own = sglang_resolution(launch.role_argv(argv, role), gpu)
+        for name in launch.RESOLVED_FIELDS:
+            assert result["resolved"][role][name] == as_json(own[name]), (role, name)
+        assert (
+            result["memory"][role]["mem_fraction_static"] == own["mem_fraction_static"]
+        )
+
+
+def test_decode_mamba_slots_are_running_requests_plus_pre_alloc(qwen3_next, capsys):
+    """A decode server runs without the radix cache (SGLang's PD hook): one mamba
+    slot per running request plus the pre-allocated transfer slots."""
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    result = report_json(capsys, "--gpu", "h200", "--weights-gib", "40", "--", *argv)
+    decode = result["resolved"]["decode"]
+    assert decode["disable_radix_cache"] is True
+    expected = decode["max_running_requests"] + (
+        decode["disaggregation_decode_extra_slots"] or 0
+    )
+    for column in ("upstream", "plugin"):
+        assert result["capacity"]["decode"][column]["mamba_slots"] == expected
+        assert result["roles"]["decode"][column]["mamba_slots"] == expected
+
+
+def test_auto_strategy_resolves_to_extra_buffer_on_a_cuda_gpu(qwen3_next, capsys):
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    result = report_json(capsys, "--gpu", "h200", "--weights-gib", "40", "--", *argv)
+    assert result["resolved"]["null"]["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert result["inputs"]["mamba_radix_cache_strategy"] == "extra_buffer"
+
+
+@pytest.mark.skipif(sglang_minor() < 22, reason="page 64 on Blackwell from 0.5.22")
+def test_blackwell_with_speculation_resolves_page_64(qwen3_next, capsys):
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    result = report_json(capsys, "--gpu", "b200", "--weights-gib", "40", "--", *argv)
+    assert {result["resolved"][r]["page_size"] for r in ROLES} == {64}
+    assert result["inputs"]["page_size"] == 64
+
+
+def test_available_memory_follows_the_stated_formula(qwen3_next, capsys):
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    result = report_json(capsys, "--gpu", "h200", "--weights-gib", "40", "--", *argv)
+    total = launch.GPUS["h200"].memory_mib / 1024
+    for role in ROLES:
+        memory = result["memory"][role]
+        mfs = result["resolved"][role]["mem_fraction_static"]
+        assert memory["weights_bytes"] == 40 * GIB
+        assert memory["available_gib"] == pytest.approx((total - 1.0) * mfs - 40)
+
+
+def test_available_gib_is_used_exactly_for_every_role(qwen3_next, capsys):
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    result = report_json(capsys, "--available-gib", "80", "--", *argv)
+    for role in ROLES:
+        assert result["memory"][role] == {
+            "available_gib": 80.0,
+            "source": "--available-gib",
+            "draft_layers_in_kv_sizing": 0,
+        }
+
+
+def test_weights_come_from_the_safetensors_index(tmp_path, qwen3_next, capsys):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    with open(os.path.join(qwen3_next, "config.json")) as f:
+        (folder / "config.json").write_text(f.read())
+    total = 160 * GIB
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": {}})
+    )
+    argv = ["--model-path", str(folder), "--tp", "4", *NEXTN]
+    result = report_json(capsys, "--gpu", "h200", "--", *argv)
+    memory = result["memory"]["prefill"]
+    assert memory["weights_bytes"] == total // 4
+    assert "model.safetensors.index.json" in memory["weights_source"]
+
+
+def test_the_model_shorthand_is_the_bundled_folder(capsys):
+    result = report_json(
+        capsys,
+        "--model",
+        "qwen3-next-80b-a3b",
+        "--weights-gib",
+        "40",
+        "--",
+        "--tp",
+        "4",
+    )
+    assert result["model"] == "qwen3-next-80b-a3b"
+    assert result["inputs"]["tp"] == 4
+
+
+def test_a_draft_model_path_counts_the_draft_layers_in_kv_sizing(qwen3_next, capsys):
+    """SGLang counts the draft's layers in the target's KV sizing only where the
+    launch names a draft model path."""
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    without = report_json(capsys, "--gpu", "h200", "--weights-gib", "40", "--", *argv)
+    drafted = report_json(
+        capsys,
+        "--gpu",
+        "h200",
+        "--weights-gib",
+        "40",
+        "--",
+        *argv,
+        "--speculative-draft-model-path",
+        qwen3_next,
+    )
+    assert without["memory"]["null"]["draft_layers_in_kv_sizing"] == 0
+    assert drafted["memory"]["null"]["draft_layers_in_kv_sizing"] >= 1
+
+
+def test_the_gpu_probes_are_put_back_after_the_report(qwen3_next, capsys):
+    import torch
+    from sglang.srt.utils import common
+
+    capability = torch.cuda.get_device_capability
+    env = dict(os.environ)
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    report_json(capsys, "--gpu", "b200", "--weights-gib", "40", "--", *argv)
+    assert torch.cuda.get_device_capability is capability
+    assert common.is_cuda() is False and common.get_device_sm() == 0
+    assert dict(os.environ) == env
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--gpu", "h900", "--", "--tp", "4"], "unknown --gpu 'h900'"),
+        (
+            ["--gpu", "b200", "--weights-gib", "40", "--", *NEXTN]
+            + ["--mamba-radix-cache-strategy", "no_buffer"],
+            "no_buffer only supports page_size=1",
+        ),
+        (["--gpu-sm", "90", "--", "--tp", "4"], "go together"),
+        (["--tp", "4", "--", "--tp", "4"], "--tp: with a launch command"),
+        (["--gpu", "h200"], "describe a launch"),
+        (["--"], "nothing after --"),
+        (
+            ["--model", "qwen3-next-80b-a3b", "--", "--model-path", "/x"],
+            "give the model once",
+        ),
+        (["--", "--model-path", "/no/such/folder"], "cannot read config"),
+        (["--", "--tp", "4", "--no-such-flag"], "unrecognized arguments"),
+        (
+            ["--weights-gib", "40", "--", *NEXTN]
+            + ["--mamba-radix-cache-strategy", "no_buffer"],
+            "SGLang rejects these launch flags: AssertionError: no_buffer",
+        ),
+    ],
+)
+def test_bad_launch_input_is_one_line_and_exit_2(args, message, capsys):
+    code, out, err = run(capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == ""
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_no_cache_parameters_from_sglang_is_one_line(qwen3_next, capsys, monkeypatch):
+    """A config for which SGLang returns no linear cache parameters: one line."""
+    from sglang.srt.configs import qwen3_next as config_module
+
+    monkeypatch.setattr(
+        config_module.Qwen3NextConfig, "mamba2_cache_params", property(lambda s: None)
+    )
+    code, out, err = run(
+        capsys, "--weights-gib", "40", "--", "--model-path", qwen3_next, "--tp", "4"
+    )
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1
+    assert "no linear-attention cache parameters" in lines[0]
