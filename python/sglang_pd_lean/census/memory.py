@@ -42,10 +42,16 @@ def _meta_bytes(folder: str) -> tuple[int, int]:
     if folder not in _meta_cache:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
 
         config = AutoConfig.from_pretrained(folder)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # no notes about kernels a CPU lacks
+        try:
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config)
+        finally:
+            hf_logging.set_verbosity(verbosity)
         total = sum(p.numel() * p.element_size() for p in model.parameters())
         layers = getattr(getattr(model, "model", model), "layers", [])
         largest = max(

@@ -188,6 +188,8 @@ RESOLVED_ROWS = (
 
 
 def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
     return "-" if value is None else str(value)
 
 
