@@ -269,3 +269,34 @@ def test_no_cache_parameters_from_sglang_is_one_line(qwen3_next, capsys, monkeyp
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1
     assert "no linear-attention cache parameters" in lines[0]
+
+
+def test_running_requests_sglang_caps_are_flagged_and_built(capsys):
+    """Under extra_buffer SGLang caps the running requests by the mamba slots it
+    sized: the report flags the cap and builds the pool with the capped count."""
+    result = report_json(
+        capsys,
+        "--model",
+        "qwen3.5-397b-a17b",
+        "--gpu",
+        "h200",
+        "--weights-gib",
+        "92.4",
+        "--",
+        "--tp",
+        "8",
+        *NEXTN,
+        "--max-running-requests",
+        "256",
+    )
+    capped = [
+        (role, column)
+        for role in ROLES
+        for column in ("upstream", "plugin")
+        if result["capacity"][role][column]["requests_capped"]
+    ]
+    assert ("null", "upstream") in capped
+    for role, column in capped:
+        sized = result["capacity"][role][column]["max_running_requests"]
+        assert sized < 256
+        assert result["roles"][role][column]["request_slots"] == sized

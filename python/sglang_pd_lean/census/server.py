@@ -205,7 +205,12 @@ def run_launch(launch: Launch) -> dict:
             )
             roles[r], capacity[r] = census_role(mc, layers, plan)
             for column in ("upstream", "plugin"):
-                capacity[r][column]["mamba_sizing"] = _sizing_name(f)
+                sized = capacity[r][column]
+                sized["mamba_sizing"] = _sizing_name(f)
+                asked = f["max_running_requests"]
+                sized["requests_capped"] = bool(
+                    sized["fits"] and asked and sized["max_running_requests"] < asked
+                )
             memory[r]["draft_layers_in_kv_sizing"] = aux.eagle_draft_num_layers or 0
             warm[r] = (
                 f,

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 from sglang_pd_lean.census.inputs import CensusError
 from sglang_pd_lean.cli.args import UsageError, parse
@@ -19,6 +20,12 @@ from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
 from sglang_pd_lean.cli.environment import load_sglang_plugins
 from sglang_pd_lean.cli.table import render_table
+
+
+# Test-only hold point: with SGLANG_PD_LEAN_TEST_HOLD=FILE, the report creates FILE
+# once its census is computed (temporary model folder still there, nothing printed)
+# and waits there up to a minute, so a test can signal it while it provably works.
+TEST_HOLD = "SGLANG_PD_LEAN_TEST_HOLD"
 
 
 class _Stopped(BaseException):
@@ -84,6 +91,10 @@ def _launch_census(args) -> dict:
 
 def _report(args, result: dict) -> int:
     from sglang_pd_lean import compat
+
+    if os.environ.get(TEST_HOLD):
+        open(os.environ[TEST_HOLD], "w").close()
+        time.sleep(60)
 
     result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
     if args.json:

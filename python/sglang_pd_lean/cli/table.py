@@ -132,6 +132,15 @@ def render_table(result: dict) -> str:
         for reason, where in unfit.items():
             notes.append(f"does not fit ({reason}): {', '.join(where)}")
         for role, c in capacity.items():
+            for col in ("upstream", "plugin"):
+                if c[col].get("requests_capped"):
+                    asked = result["resolved"][role]["max_running_requests"]
+                    notes.append(
+                        f"{col} {ROLE_TITLES[role]}: {c[col]['max_running_requests']:,} "
+                        f"of {asked:,} running requests (SGLang caps them by the mamba "
+                        f"slots and KV tokens it sized)"
+                    )
+        for role, c in capacity.items():
             change = c["change"]
             if change and any(change.values()):
                 said = [
