@@ -21,7 +21,6 @@ from sglang_pd_lean.cli.doctor import cmd_doctor
 from sglang_pd_lean.cli.environment import load_sglang_plugins
 from sglang_pd_lean.cli.table import render_table
 
-
 # Test-only hold point: with SGLANG_PD_LEAN_TEST_HOLD=FILE, the report creates FILE
 # once its census is computed (temporary model folder still there, nothing printed)
 # and waits there up to a minute, so a test can signal it while it provably works.

@@ -1,0 +1,130 @@
+"""``sglang-pd-lean doctor``: each gate's state on the installed SGLang, and exit
+code 0 only where the plugin can do its whole job (text and ``--json`` alike)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import NATIVE_FROM, upstream_has
+
+from sglang_pd_lean import cli, compat
+from sglang_pd_lean.hook import Hook, When
+
+UNSUPPORTED = "not applied (unsupported SGLang)"
+# Every state a gate can show on a supported release (what doctor prints there).
+SUPPORTED_STATES = {state.value for state in compat.GateState}
+
+
+def doctor(capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["doctor", *args])
+    return code, capsys.readouterr().out
+
+
+def fake_plan(state: str, target: str) -> list:
+    def hook(original, *args, **kwargs):
+        return original(*args, **kwargs)
+
+    return [
+        compat.GatePlan(
+            "pool", "test gate", state, "", (Hook(target, hook, When.AROUND),)
+        )
+    ]
+
+
+def test_doctor_is_healthy_on_this_sglang(capsys):
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["healthy"] and report["supported"]
+    assert [g["name"] for g in report["gates"]] == list(NATIVE_FROM) + ["replayssm"]
+    for gate in report["gates"]:
+        if gate["name"] in NATIVE_FROM:
+            native = upstream_has(gate["name"])
+            assert (gate["state"] == compat.GateState.NATIVE) == native, gate
+
+
+@pytest.fixture
+def unsupported_release(monkeypatch):
+    monkeypatch.setattr(compat, "sglang_version", lambda: "0.5.99")
+
+
+def test_doctor_fails_on_an_unsupported_release(unsupported_release, capsys):
+    code, out = doctor(capsys)
+    assert code == 1 and "supported: no" in out
+
+
+def test_doctor_json_fails_on_an_unsupported_release(unsupported_release, capsys):
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 1
+    assert report["supported"] is False and report["healthy"] is False
+
+
+def test_doctor_on_an_unsupported_release_applies_no_gate(unsupported_release, capsys):
+    """The plugin registers nothing there: no gate reads as applied or native."""
+    _, out = doctor(capsys)
+    rows = [line for line in out.splitlines() if line.split(" ", 1)[0] in NATIVE_FROM]
+    assert len(rows) == len(NATIVE_FROM)
+    for row in rows:
+        assert UNSUPPORTED in row, row
+        assert not any(state in row for state in SUPPORTED_STATES), row
+    _, out = doctor(capsys, "--json")
+    assert {gate["state"] for gate in json.loads(out)["gates"]} == {UNSUPPORTED}
+
+
+def test_doctor_fails_on_a_missing_hook_target(monkeypatch, capsys):
+    target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.gone"
+    monkeypatch.setattr(
+        compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target)
+    )
+    code, out = doctor(capsys)
+    assert code == 1 and f"missing hook target: {target}" in out
+
+
+def test_doctor_names_the_import_error_of_a_hooked_module(
+    monkeypatch, tmp_path, capsys
+):
+    (tmp_path / "broken_hooked_module.py").write_text(
+        "import a_dependency_that_is_not_installed\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = "broken_hooked_module.function"
+    monkeypatch.setattr(
+        compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target)
+    )
+    code, out = doctor(capsys)
+    assert code == 1
+    assert "No module named 'a_dependency_that_is_not_installed'" in out
+
+
+def test_doctor_fails_on_an_unhandled_gate(monkeypatch, capsys):
+    target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.__init__"
+    monkeypatch.setattr(
+        compat, "plan", lambda: fake_plan(compat.GateState.UNHANDLED, target)
+    )
+    code, out = doctor(capsys)
+    assert code == 1 and "unhandled: pool" in out
+
+
+def test_doctor_under_the_kill_switch_disables_needed_gates_and_keeps_native_ones(
+    monkeypatch, capsys
+):
+    """Every release needs some gate (draft_graph and autotune are native nowhere):
+    those read "disabled by kill switch"; a native gate still reads native."""
+    monkeypatch.setenv(compat.KILL_SWITCH, "0")
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["kill_switch"] is True
+    states = {gate["name"]: gate["state"] for gate in report["gates"]}
+    disabled = {
+        name for name, state in states.items() if state == "disabled by kill switch"
+    }
+    native = {name for name, state in states.items() if state == "native upstream"}
+    assert disabled == {gate for gate in NATIVE_FROM if not upstream_has(gate)}
+    assert native == {gate for gate in NATIVE_FROM if upstream_has(gate)}
+    assert {"draft_graph", "autotune"} <= disabled
+    code, text = doctor(capsys)
+    assert code == 0
+    for gate in disabled:
+        row = next(line for line in text.splitlines() if line.startswith(gate + " "))
+        assert "disabled by kill switch" in row
