@@ -227,6 +227,7 @@ def test_the_gpu_probes_are_put_back_after_the_report(qwen3_next, capsys):
     "args,message",
     [
         (["--gpu", "h900", "--", "--tp", "4"], "unknown --gpu 'h900'"),
+        (["--gpu", "local", "--", "--tp", "4"], "--gpu local supplies no GPU memory"),
         (
             ["--gpu", "b200", "--weights-gib", "40", "--", *NEXTN]
             + ["--mamba-radix-cache-strategy", "no_buffer"],

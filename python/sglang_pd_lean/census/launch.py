@@ -50,6 +50,9 @@ GPUS = {
     "gb200": Gpu("NVIDIA GB200", 189471, 100, 152),
 }
 DEFAULT_GPU = "h200"
+# No facts supplied: SGLang probes the machine the report runs on (a CPU-only host
+# resolves as a CPU server would, a GPU host as its GPU); needs --available-gib.
+LOCAL = "local"
 
 # Resolved values that change bytes: shown in the report's header, per role.
 RESOLVED_FIELDS = (
@@ -92,8 +95,10 @@ def gpu_facts(
             )
         return Gpu(f"GPU with {memory_gib:g} GiB, SM {sm}", memory_gib * 1024, sm)
     key = (name or DEFAULT_GPU).lower()
+    if key == LOCAL:
+        return Gpu("this machine, as SGLang probes it", 0, 0, 0)
     if key not in GPUS:
-        raise CensusError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)}")
+        raise CensusError(f"unknown --gpu {name!r}; known: {', '.join(GPUS)}, {LOCAL}")
     return GPUS[key]
 
 
@@ -151,7 +156,11 @@ def _preimport() -> None:
 @contextlib.contextmanager
 def on_gpu(gpu: Gpu) -> Iterator[None]:
     """SGLang's GPU probes answer for ``gpu`` in the block, wherever a module of
-    SGLang holds them (by identity), and torch's capability query too."""
+    SGLang holds them (by identity), and torch's capability query too; for the
+    local machine (SM 0) they answer as they do."""
+    if gpu.sm == 0:
+        yield
+        return
     import torch
     from sglang.srt.utils import common
 

@@ -87,6 +87,11 @@ def launch_argv(launch: Launch) -> tuple[list[str], str, str]:
 
 def check(launch: Launch) -> None:
     """Everything plain Python can check, before SGLang's import."""
+    if launch.gpu.sm == 0 and launch.available_gib is None:
+        raise CensusError(
+            "--gpu local supplies no GPU memory: give --available-gib (the "
+            "total_rest_memory the server's sizing receives)"
+        )
     launch_argv(launch)
 
 

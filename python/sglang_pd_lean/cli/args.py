@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from sglang_pd_lean import __version__
-from sglang_pd_lean.census.launch import DEFAULT_GPU, GPUS
+from sglang_pd_lean.census.launch import DEFAULT_GPU, GPUS, LOCAL
 
 # The census's own server flags: with a launch command they come after --.
 CENSUS_FLAGS = (
@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu",
         type=str.lower,
         metavar="NAME",
-        help=f"the GPU the server runs on: {', '.join(GPUS)} (default: {DEFAULT_GPU})",
+        help=f"the GPU the server runs on: {', '.join(GPUS)} (default: {DEFAULT_GPU}); "
+        f"{LOCAL}: this machine as SGLang probes it (with --available-gib)",
     )
     launch.add_argument(
         "--gpu-memory-gib",

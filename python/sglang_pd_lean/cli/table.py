@@ -231,9 +231,13 @@ def launch_header(result: dict) -> list[str]:
         + [human_bytes(memory[r]["available_gib"] * (1 << 30)) for r in roles]
     )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    where = (
+        f"{gpu['name']} ({gpu['memory_mib'] / 1024:.2f} GiB, SM {gpu['sm']})"
+        if gpu["sm"]
+        else gpu["name"]
+    )
     lines = [
-        f"Launch flags resolved by SGLang on {gpu['name']} "
-        f"({gpu['memory_mib'] / 1024:.2f} GiB, SM {gpu['sm']}); the other roles: "
+        f"Launch flags resolved by SGLang on {where}; the other roles: "
         f"the same flags with --disaggregation-mode replaced.",
     ]
     for row in rows:
