@@ -3,6 +3,8 @@ loads it (``sglang.srt.plugins.load_plugins()`` finds our entry point)."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import subprocess
 import sys
@@ -106,3 +108,84 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
         env=full_env,
         timeout=300,
     )
+
+
+MODEL = "qwen3-next-80b-a3b"
+
+
+@pytest.fixture
+def configurator():
+    """``configurator(role, **inputs) -> (inputs, conf)``: SGLang's real
+    ``KVCacheConfigurator`` for census inputs, with the role's configuration
+    published and TP groups set up until the test ends."""
+    from sglang_pd_lean import census
+
+    with contextlib.ExitStack() as stack:
+
+        def build(
+            role: str,
+            *,
+            model: str | None = MODEL,
+            tp: int = 2,
+            requests: int = 8,
+            context_length: int | None = 512,
+            sizing: bool = False,
+            is_draft_worker: bool = False,
+            **fields,
+        ):
+            inputs = census.Inputs(
+                model=model,
+                tp=tp,
+                max_running_requests=requests,
+                context_length=context_length,
+                **fields,
+            )
+            mc, _ = census.prepare(inputs)
+            stack.enter_context(census.parallel(tp=tp))
+            server_args = stack.enter_context(
+                census.published(**census.server_fields(inputs, role, sizing=sizing))
+            )
+            conf = census.configurator(
+                mc,
+                server_args,
+                is_draft_worker=is_draft_worker,
+                layers=(0, mc.num_hidden_layers),
+            )
+            return inputs, conf
+
+        yield build
+
+
+@pytest.fixture
+def unhooked():
+    """``unhooked(gate)``: the installed upstream function ``gate`` hooks, without any
+    hook applied (to drive the gate's own hook on every release)."""
+    from sglang_pd_lean.upstream import resolve
+
+    return lambda gate: inspect.unwrap(resolve(gate.target))
+
+
+@pytest.fixture
+def no_pool_kernel_warmup(monkeypatch):
+    """0.5.23's pool constructor warms a Triton kernel (a launch, not an
+    allocation); SGLang's own switch turns it off, as the census does."""
+    monkeypatch.setenv("SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS", "1")
+
+
+@pytest.fixture
+def fresh_plugin():
+    """``plugin.register()`` runs again on an empty ``HookRegistry`` (registration
+    only: hooks SGLang already applied in this process stay applied); the session's
+    registrations come back afterwards."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    from sglang_pd_lean import plugin
+
+    saved = {target: list(hooks) for target, hooks in HookRegistry._hooks.items()}
+    was_registered = plugin._registered
+    HookRegistry.reset()
+    plugin.reset()
+    yield HookRegistry
+    HookRegistry.reset()
+    HookRegistry._hooks.update(saved)
+    plugin._registered = was_registered
