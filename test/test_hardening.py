@@ -353,7 +353,7 @@ def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
             if runner.is_generation:
                 seen.append(runner.gpu_id)  # upstream is about to capture
         if gate is draft_graph:
-            seen.append(owner.draft_runner)  # upstream is about to capture
+            seen.append(owner.gpu_id)  # upstream is about to capture
 
     with census.published(**fields) as server_args:
         owner = prefill_target_owner(server_args, fields, gate)

@@ -60,15 +60,62 @@ def test_every_rank_logs_the_registration_summary(prefill):
     assert [m.group(0) for m in summaries] == [expected_summary()] * ranks
 
 
-def test_the_gates_this_release_needs_log_that_they_acted(prefill, device):
-    acting = {gate for gate in REACHED_AT_START_UP if not upstream_has(gate)}
+def upstream_captures_graphs(runs, device) -> bool | None:
+    """Whether upstream SGLang captures decode/verify graphs on this device with
+    these flags, read from a real upstream server's log (the decode or unified
+    server with the plugin left out); None where no such server starts here."""
+    for name in ("decode, allow-list without us", "null, allow-list without us"):
+        run = runs.get(name, device)
+        if run.ready:
+            return bool(run.lines(r"Capture .* begin"))
+    return None
+
+
+def expected_outcomes(runs, device) -> dict[str, str]:
+    """gate -> "acted" / "stepped aside" for the gates a start-up reaches, where
+    upstream's own behaviour tells: a gate acts only where upstream would have done
+    the work it removes (allocated the verify state, reserved its budget, captured
+    a graph)."""
+    expected = {gate: "acted" for gate in ("pool", "budget") if not upstream_has(gate)}
+    captures = upstream_captures_graphs(runs, device)
+    if captures is not None:
+        outcome = "acted" if captures else "stepped aside"
+        expected["draft_graph"] = outcome
+        if not upstream_has("graph"):
+            expected["graph"] = outcome
+    return expected
+
+
+def test_each_gate_acts_only_where_upstream_would_have_done_the_work(
+    prefill, runs, device
+):
+    expected = expected_outcomes(runs, device)
+    lines = gate_lines(prefill)
+    for state in prefill.internal_states():
+        record = state["pd_lean"]
+        for gate, outcome in expected.items():
+            assert record["gates"][gate] == outcome, prefill.explain(
+                f"{gate}: {record}"
+            )
+            line = lines[gate]
+            assert "prefill target (EAGLE) cannot run TARGET_VERIFY" in line
+            if outcome == "stepped aside":
+                reason = record["stepped_aside_because"][gate]
+                assert line.endswith(f"stepped aside: {reason}"), line
+            else:
+                assert (
+                    "stepped aside" not in line
+                    and gate not in record["stepped_aside_because"]
+                )
+
+
+def test_only_the_gates_this_release_needs_speak(prefill, device):
+    reached = {gate for gate in REACHED_AT_START_UP if not upstream_has(gate)}
     lines = gate_lines(prefill)
     if device == "cpu":
-        assert set(lines) == acting, prefill.explain(f"gate lines: {lines}")
+        assert set(lines) == reached, prefill.explain(f"gate lines: {lines}")
     else:  # a GPU start-up may also reach the warmup/autotune gates
-        assert set(lines) >= acting, prefill.explain(f"gate lines: {lines}")
-    for line in lines.values():
-        assert "prefill target (EAGLE) cannot run TARGET_VERIFY" in line
+        assert set(lines) >= reached, prefill.explain(f"gate lines: {lines}")
 
 
 def test_logged_pool_and_kv_sizes_equal_report(prefill, runs):
@@ -82,10 +129,17 @@ def test_server_info_reports_what_each_rank_did(prefill, runs):
     for state in prefill.internal_states():
         record = state["pd_lean"]
         assert record["sglang_version"] == sglang.__version__
-        acted = {gate for gate, s in record["gates"].items() if s == "acted"}
-        assert acted == set(gate_lines(prefill))
+        asked = {
+            gate
+            for gate, s in record["gates"].items()
+            if s in ("acted", "stepped aside")
+        }
+        assert asked == set(gate_lines(prefill))
+        assert set(record["stepped_aside_because"]) == {
+            gate for gate in asked if record["gates"][gate] == "stepped aside"
+        }
         for gate in NATIVE_FROM:
-            if gate not in acted:
+            if gate not in asked:
                 native = upstream_has(gate)
                 assert record["gates"][gate] == (
                     "native upstream" if native else "applied by the plugin"

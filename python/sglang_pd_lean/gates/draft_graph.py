@@ -8,9 +8,10 @@ only replay after a verify step. A prefill server disables the decode graph back
 by default, but when the operator sets one explicitly (``--cuda-graph-backend-decode``)
 upstream captures both, on every SGLang release 0.5.16 to 0.5.23, and never replays
 them. When the server's target cannot verify, the hook lets upstream run on a view of
-the draft worker whose ``draft_runner`` is a tripwire: upstream sets both runners to
-None, takes its own early returns (CPU, no decode graph backend, ...) and reads
-``draft_runner`` only when it is about to capture. An early return is upstream's
+the draft worker whose ``gpu_id`` is a tripwire: upstream sets both runners to None,
+takes its own early returns and skips (CPU engine, no decode graph backend, a single
+draft step, an attention backend without draft-extend graphs, ...) and reads
+``gpu_id`` only to measure memory right before a capture. An early return is upstream's
 own no-capture result (the gate steps aside); a tripped wire leaves the worker as
 that result leaves it (both runners None, which the draft worker treats as "run
 eager") without capturing. Upstream DSPARK skips these natively; other draft
@@ -42,7 +43,7 @@ class DraftGraphGate(Gate):
     def act(self, call: Call) -> Acted | SteppedAside:
         draft_worker, *rest = call.args
         try:
-            probe = ReadThrough(draft_worker, draft_runner=Tripwire())
+            probe = ReadThrough(draft_worker, gpu_id=Tripwire())
             result = call.original(probe, *rest, **call.kwargs)
         except Tripwire:
             draft_worker.cuda_graph_runner = None
