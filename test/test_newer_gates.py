@@ -19,14 +19,16 @@ class ReachedCapture(Exception):
 
 @pytest.fixture
 def capture_sentinel(monkeypatch):
-    """Upstream's first step of a capture (choosing batch sizes) raises instead."""
+    """Upstream's memory reading right before a capture raises instead (batch sizes
+    answered without a real draft runner)."""
     from sglang.srt.speculative import eagle_worker_v2
 
-    def first_capture_step(*args, **kwargs):
+    def before_capture(*args, **kwargs):
         raise ReachedCapture
 
+    monkeypatch.setattr(eagle_worker_v2, "get_available_gpu_memory", before_capture)
     monkeypatch.setattr(
-        eagle_worker_v2, "get_batch_sizes_to_capture", first_capture_step
+        eagle_worker_v2, "get_batch_sizes_to_capture", lambda *a, **k: ([1], None)
     )
 
 
@@ -54,6 +56,8 @@ def capture_draft_graphs(role: str, *, speculative: bool = True):
         worker.server_args = server_args
         worker.draft_runner = types.SimpleNamespace()
         worker.target_worker = types.SimpleNamespace(device="cuda")
+        worker.device, worker.gpu_id, worker.topk = "cuda", 0, 1
+        worker.speculative_num_steps = 2  # multi-step drafting: a draft decode graph
         worker._capture_cuda_graphs()
     return worker
 
