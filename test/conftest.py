@@ -182,10 +182,26 @@ def fresh_plugin():
     from sglang_pd_lean import plugin
 
     saved = {target: list(hooks) for target, hooks in HookRegistry._hooks.items()}
+    patched = set(HookRegistry._patched)
     was_registered = plugin._registered
     HookRegistry.reset()
     plugin.reset()
     yield HookRegistry
     HookRegistry.reset()
     HookRegistry._hooks.update(saved)
+    HookRegistry._patched.update(patched)
     plugin._registered = was_registered
+
+
+@pytest.fixture
+def outcome():
+    """``outcome(call)``: what a call did, its result's repr or its exception's type
+    and message (compared between a hook and upstream, never hidden)."""
+
+    def run(call) -> tuple:
+        try:
+            return ("returned", repr(call()))
+        except Exception as exc:
+            return ("raised", type(exc).__name__, str(exc))
+
+    return run

@@ -6,20 +6,22 @@ three sizing branches upstream has, several models and layouts, and every role.
 
 Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
 the plugin registers no hook and the prefill-target cases compare upstream with
-upstream; ``test_hardening.py`` drives the gate's own hook on every release.
+upstream; the tests at the end drive the gate's own hook on every release.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import pytest
 from conftest import sglang_minor, upstream_has
+from formulas import GIB, binary
 
-from sglang_pd_lean import census
+from sglang_pd_lean import census, record
+from sglang_pd_lean.gates import budget
 from sglang_pd_lean.role import setting, upstream_behaviour
 
-GIB = 1 << 30
 AVAILABLE_GIB = 100.0
 MAMBA_COMPONENTS = (
     "conv state",
@@ -124,3 +126,72 @@ def test_draft_worker_budget_is_upstream(branch):
                 (kv_gib, setting("get_schedule", "max_mamba_cache_size", server_args))
             )
     assert results[0] == results[1]
+
+
+# --- the gate's own hook, on every release ------------------------------------
+
+
+def test_budget_hook_on_a_configurator_without_is_draft_worker_sizes_as_upstream(
+    configurator, unhooked, outcome
+):
+    original = unhooked(budget.GATE)
+    _, conf = configurator("prefill")
+    del conf.is_draft_worker
+    with upstream_behaviour():
+        expected = outcome(lambda: original(conf, 40.0))
+    assert outcome(lambda: budget.GATE.around(original, conf, 40.0)) == expected
+
+
+def budget_line(configurator, unhooked, caplog, **inputs) -> tuple[float, str, dict]:
+    """The budget gate's hook on a prefill target given 100 GiB: (KV GiB it returned,
+    its INFO line, the record's budget)."""
+    _, conf = configurator(
+        "prefill",
+        tp=4,
+        requests=256,
+        context_length=None,
+        sizing=True,
+        available_gib=AVAILABLE_GIB,
+        **inputs,
+    )
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        rest = budget.GATE.around(unhooked(budget.GATE), conf, AVAILABLE_GIB)
+    lines = [r.getMessage() for r in caplog.records if "budget gate" in r.getMessage()]
+    assert len(lines) == 1, lines
+    return rest, lines[0], record.snapshot()["budget"]
+
+
+def test_budget_line_says_the_automatic_split_bought_mamba_slots(
+    configurator, unhooked, caplog
+):
+    """Radix cache on, no fixed slot count: upstream's ratio spends the freed share
+    on mamba slots and the KV cache shrinks; the line must say so, with numbers
+    equal to upstream's own sizing of the same budget with and without the phantom."""
+    if upstream_has("budget"):
+        pytest.skip("upstream sizes a prefill target without the phantom itself")
+    rest, line, sized = budget_line(configurator, unhooked, caplog)
+    assert sized["available_gib"] == AVAILABLE_GIB
+    assert sized["plugin"]["kv_bytes"] == int(rest * GIB)
+    if sized["upstream"] is not None:  # 0.5.16 has no config snapshot to size in
+        assert sized["plugin"]["mamba_slots"] > sized["upstream"]["mamba_slots"]
+        assert sized["plugin"]["kv_bytes"] < sized["upstream"]["kv_bytes"]
+        assert "automatic split spent the freed bytes on mamba slots" in line
+        shrank = sized["upstream"]["kv_bytes"] - sized["plugin"]["kv_bytes"]
+        assert f"the KV cache shrank by {binary(shrank)})" in line
+        assert "more KV cache" not in line
+
+
+def test_budget_line_gives_the_kv_cache_the_returned_reservation_as_a_gain(
+    configurator, unhooked, caplog
+):
+    """A fixed slot count: the phantom reservation goes back to the KV cache, and the
+    line says how much more KV cache, a positive figure."""
+    if upstream_has("budget"):
+        pytest.skip("upstream sizes a prefill target without the phantom itself")
+    _, line, sized = budget_line(configurator, unhooked, caplog, **BRANCHES["explicit"])
+    if sized["upstream"] is None:
+        pytest.skip("0.5.16 has no config snapshot to size upstream's budget in")
+    gained = sized["plugin"]["kv_bytes"] - sized["upstream"]["kv_bytes"]
+    assert gained > GIB
+    assert sized["plugin"]["mamba_slots"] == sized["upstream"]["mamba_slots"] == 600
+    assert line.endswith(f"mamba slots 600 -> 600 ({binary(gained)} more KV cache)")

@@ -98,7 +98,7 @@ def default_signal_dispositions() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
 
 
-@pytest.mark.parametrize("signum", STOPS)
+@pytest.mark.parametrize("signum", STOPS, ids=lambda signum: signum.name)
 def test_a_signal_ends_report_with_one_line_and_no_temporary_folder(signum, tmp_path):
     """The report is held at its test-only hold point (census computed, temporary
     model folder present, nothing printed) when the signal arrives."""

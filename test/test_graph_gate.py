@@ -7,15 +7,18 @@ sentinel: a worker that reaches it was on its way to capture.
 
 Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
 the plugin registers no hook and the prefill-target cases compare upstream with
-upstream; ``test_hardening.py`` drives the gate's own hook on every release.
+upstream; ``test_gates.py`` drives the gate's own hook on every release.
 """
 
 from __future__ import annotations
+
+import types
 
 import pytest
 from conftest import stand_in_model_runner
 
 from sglang_pd_lean import census
+from sglang_pd_lean.gates import graph
 
 
 class ReachedDevice(Exception):
@@ -65,3 +68,19 @@ def test_prefill_draft_worker_goes_on_to_capture(device_sentinel):
 def test_prefill_without_speculative_decoding_goes_on_to_capture(device_sentinel):
     with pytest.raises(ReachedDevice):
         capture(device_sentinel, "prefill", speculative=False, is_draft_worker=False)
+
+
+def test_graph_hook_on_a_runner_upstream_can_use_without_server_args(unhooked, outcome):
+    """Upstream returns its no-capture result for a non-generation model before it
+    reads ``server_args``; the hook must give that same result, not an error."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = types.SimpleNamespace(
+        is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.EAGLE,
+        is_generation=False,
+    )
+    original = unhooked(graph.GATE)
+    assert outcome(lambda: graph.GATE.around(original, model_runner=runner)) == (
+        outcome(lambda: original(model_runner=runner))
+    )

@@ -6,19 +6,27 @@ filled in as a plain dataclass, SGLang's configuration published with
 
 Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
 the plugin registers no hook and the prefill-target cases compare upstream with
-upstream; ``test_hardening.py`` drives the gate's own hook on every release.
+upstream; the tests at the end (and ``test_gates.py``) drive the gate's own hook
+on every release.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import logging
+from unittest import mock
 
 import pytest
+from conftest import upstream_has
+from formulas import binary, gdn_expected, load_config
 
-from sglang_pd_lean import census
+from sglang_pd_lean import accounting, census, record
+from sglang_pd_lean.gates import pool
 from sglang_pd_lean.role import upstream_behaviour
 
 VERIFY_STATE = {"intermediate_ssm", "intermediate_conv_window"}
+MODEL = "qwen3-next-80b-a3b"
 MODELS = ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "nemotron-h-8b"]
 CELLS = list(
     itertools.product(["prefill", "decode", "null"], [True, False], [False, True])
@@ -97,3 +105,111 @@ def test_other_workers_pool_is_upstream(model, role, speculative, is_draft_worke
 def test_decode_target_keeps_verify_state(model):
     plugin, _ = build(model, "decode", speculative=True, is_draft_worker=False)
     assert has_verify_state(plugin)
+
+
+# --- the gate's own hook, on every release ------------------------------------
+
+
+def test_pool_hook_on_a_configurator_without_is_draft_worker_builds_upstreams_pool(
+    configurator, unhooked, no_pool_kernel_warmup, caplog
+):
+    """Upstream's pool build never reads ``is_draft_worker``; a caller (upstream's own
+    unit tests) may leave it out, and the hook must then not be the one to fail."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = unhooked(pool.GATE)
+    inputs, conf = configurator("decode")
+    del conf.is_draft_worker
+    kwargs = dict(max_num_reqs=inputs.max_running_requests, extra_max_context_len=4)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean"):
+            hooked = pool.GATE.around(original, conf, **kwargs)
+        expected = original(conf, **kwargs)
+    assert census.component_bytes(hooked) == census.component_bytes(expected)
+    assert any("if in doubt, keep the bytes" in r.getMessage() for r in caplog.records)
+
+
+def test_pool_gate_survives_a_mock_pool_constructor(configurator, caplog):
+    """Upstream's tests stub the pool constructor with a Mock: the gate returns it
+    and logs what it can instead of crashing on its byte figure."""
+    stub = mock.Mock(name="pool")
+    _, conf = configurator("prefill")
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        result = pool.GATE.around(
+            lambda *a, **k: stub, conf, max_num_reqs=8, extra_max_context_len=4
+        )
+    assert result is stub
+    lines = [r.getMessage() for r in caplog.records if "pool gate" in r.getMessage()]
+    assert len(lines) == 1 and "verify state not allocated" in lines[0]
+
+
+def acting_pool_build(configurator, unhooked, caplog, **inputs) -> tuple:
+    """The pool gate's hook on a prefill target: (pool built, INFO lines, record)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if upstream_has("pool"):
+        pytest.skip("upstream builds a prefill target's pool lean itself: no figure")
+    requests = inputs.setdefault("requests", 8)
+    _, conf = configurator("prefill", **inputs)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            built = pool.GATE.around(
+                unhooked(pool.GATE),
+                conf,
+                max_num_reqs=requests,
+                extra_max_context_len=4,
+            )
+    lines = [r.getMessage() for r in caplog.records if "pool gate" in r.getMessage()]
+    return built, lines, record.snapshot()
+
+
+@pytest.mark.parametrize("requests,draft", [(8, 4), (64, 2)])
+def test_pool_gate_records_and_logs_the_verify_bytes_of_the_config_formula(
+    requests, draft, configurator, unhooked, no_pool_kernel_warmup, caplog
+):
+    """The gate's own figure, padding slot included, against the config formula."""
+    built, lines, recorded = acting_pool_build(
+        configurator,
+        unhooked,
+        caplog,
+        requests=requests,
+        speculative_num_draft_tokens=draft,
+    )
+    assert census.component_bytes(built).get("verify ssm snapshots", 0) == 0
+    expected = gdn_expected(MODEL, tp=2, requests=requests, slots=0, draft=draft)
+    verify = {k: v for k, v in expected.items() if k.startswith("verify")}
+    assert recorded["not_allocated_bytes"] == verify
+    assert recorded["gates"]["pool"] == "acted"
+    assert len(lines) == 1
+    for component, nbytes in verify.items():
+        assert f"{binary(nbytes)} of {component}" in lines[0]
+    assert "verify state not allocated" not in lines[0]  # the unmeasured wording
+
+
+def test_pool_gate_files_no_component_of_zero_bytes(
+    configurator, unhooked, no_pool_kernel_warmup, tmp_path, caplog
+):
+    """A short-convolution hybrid (conv windows, no ssm state): the record and the
+    line name the conv windows only, never "0 B of verify ssm snapshots"."""
+    cfg = load_config(MODEL)
+    cfg["linear_num_value_heads"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    _, lines, recorded = acting_pool_build(
+        configurator, unhooked, caplog, model=None, config=str(tmp_path)
+    )
+    expected = gdn_expected(MODEL, tp=2, requests=8, slots=0, draft=4, cfg=cfg)
+    assert expected["verify ssm snapshots"] == 0
+    assert recorded["not_allocated_bytes"] == {
+        "verify conv windows": expected["verify conv windows"]
+    }
+    assert len(lines) == 1 and "verify ssm snapshots" not in lines[0]
+
+
+def test_verify_only_keeps_the_components_that_hold_bytes():
+    sizes = {
+        "ssm state": 10,
+        "verify ssm snapshots": 0,
+        "verify conv windows": 7,
+        "replayssm rings": 0,
+    }
+    assert accounting.verify_only(sizes) == {"verify conv windows": 7}

@@ -70,3 +70,21 @@ def test_upstream_behaviour_makes_every_worker_step_aside():
 
 def test_describe_names_mode_kind_and_algorithm():
     assert judged("prefill").describe() == "prefill target (EAGLE)"
+
+
+def test_unified_memory_is_read_from_the_published_memory_namespace():
+    """``server_args`` says no unified memory; SGLang's published memory config says
+    yes: the published value wins (it is what SGLang itself reads)."""
+    from sglang_pd_lean.gates.base import ReadThrough
+
+    try:
+        from sglang.srt.runtime_context import get_memory  # noqa: F401
+    except ImportError:
+        pytest.skip("SGLang 0.5.16 publishes no config namespaces")
+    fields = census.server_fields(INPUTS, "prefill")
+    fields["enable_unified_memory"] = True
+    with census.published(**fields) as server_args:
+        stale = ReadThrough(server_args, enable_unified_memory=False)
+        worker = role.judge(stale, is_draft_worker=False)
+    assert worker.can_run_target_verify
+    assert worker.keeps_verify_because == "unified memory pool"

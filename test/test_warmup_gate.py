@@ -7,7 +7,7 @@ built the dummy ForwardBatch (``prepare_dummy_forward_batch``, or 0.5.23's
 
 Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
 the plugin registers no hook and the prefill-target cases compare upstream with
-upstream; ``test_hardening.py`` drives the gate's own hook on every release.
+upstream; ``test_gates.py`` drives the gate's own hook on every release.
 """
 
 from __future__ import annotations

@@ -1,0 +1,196 @@
+"""Every gate: the contract a gate module keeps (checked over ``all_gates()``), a
+hook never fails where upstream would not, a draft worker gets upstream's warmup
+and autotune, and each gate's own hook acts on a prefill target on every release.
+
+Each gate's hook is called directly around the *unhooked* upstream function, so
+these tests run where the plugin acts on every release, including 0.5.23 where the
+installed SGLang does the pool/graph/warmup/budget job itself.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from sglang_pd_lean import census, record
+from sglang_pd_lean.gates import (
+    all_gates,
+    autotune,
+    budget,
+    draft_graph,
+    graph,
+    pool,
+    warmup,
+)
+from sglang_pd_lean.gates.base import Gate
+from sglang_pd_lean.hook import Hook, When
+from sglang_pd_lean.upstream import resolve
+
+MODEL = "qwen3-next-80b-a3b"
+
+
+# --- the contract -------------------------------------------------------------
+
+
+def test_every_gate_is_a_gate_with_its_contract_filled_in():
+    gates = all_gates()
+    assert len({gate.name for gate in gates}) == len(gates)
+    for gate in gates:
+        assert isinstance(gate, Gate), gate
+        assert isinstance(gate.name, str) and gate.name, gate
+        assert isinstance(gate.summary, str) and gate.summary, gate
+        assert gate.target is None or isinstance(gate.target, str), gate
+        assert isinstance(gate.native_markers, tuple), gate
+        assert all(name in {g.name for g in gates} for name in gate.requires), gate
+
+
+def test_every_hook_is_a_when_member_on_the_gates_own_target():
+    for gate in all_gates():
+        hooks = gate.hooks()
+        assert all(isinstance(hook, Hook) for hook in hooks), gate
+        assert all(type(hook.when) is When for hook in hooks), gate
+        assert [hook.target for hook in hooks] == ([gate.target] if gate.target else [])
+        assert all(callable(hook.fn) for hook in hooks), gate
+
+
+def test_every_hooked_target_resolves_on_this_sglang():
+    for gate in all_gates():
+        if gate.target is not None and gate.applicable() is None:
+            assert callable(resolve(gate.target)), gate
+
+
+@pytest.mark.parametrize("missing", ["name", "summary", "target"])
+def test_a_gate_without_part_of_its_contract_is_refused_when_defined(missing):
+    attrs = {"name": "x", "summary": "y", "target": None}
+    del attrs[missing]
+    with pytest.raises(TypeError, match=missing):
+        type("IncompleteGate", (Gate,), attrs)
+
+
+def test_a_gate_with_a_target_and_no_act_is_refused_when_defined():
+    attrs = {"name": "x", "summary": "y", "target": "some.module.function"}
+    with pytest.raises(TypeError, match="act"):
+        type("GateWithoutAct", (Gate,), attrs)
+
+
+def test_a_gate_with_nothing_to_hook_registers_no_hook():
+    nothing = type(
+        "NothingToHook", (Gate,), {"name": "x", "summary": "y", "target": None}
+    )
+    assert nothing().hooks() == []
+
+
+# --- a caller that gives upstream only what upstream reads ---------------------
+
+
+@pytest.mark.parametrize(
+    "gate,call",
+    [
+        # Each owner has none of the fields the predicate reads.
+        (graph, lambda fn, o: fn(o, model_runner=types.SimpleNamespace())),
+        (graph, lambda fn, o: fn(o)),
+        (warmup, lambda fn, o: fn(o, types.SimpleNamespace(), 4)),
+        (warmup, lambda fn, o: fn(o, object())),
+        (autotune, lambda fn, o: fn(o, types.SimpleNamespace())),
+        (draft_graph, lambda fn, o: fn(o, types.SimpleNamespace())),
+        (pool, lambda fn, o: fn(o, types.SimpleNamespace(), max_num_reqs=2)),
+        (budget, lambda fn, o: fn(o, types.SimpleNamespace(), 1.0)),
+    ],
+)
+def test_hook_fails_exactly_where_upstream_fails(gate, call, unhooked, outcome):
+    """Whatever upstream does with an owner it cannot use, the hook does the same."""
+    original = unhooked(gate.GATE)
+    hook = gate.GATE.hooks()[0].fn
+    assert outcome(lambda: call(hook, original)) == outcome(
+        lambda: call(lambda o, *a, **k: o(*a, **k), original)
+    )
+
+
+# --- draft workers on a prefill server step aside in every target-only gate -----
+
+
+@pytest.mark.parametrize("gate", [warmup, autotune])
+def test_prefill_draft_worker_gets_upstreams_warmup_and_autotune(gate):
+    """A draft worker is not the target: warmup and autotune leave it to upstream,
+    which sees the draft's own ``spec_algorithm`` during the call."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    inputs = census.Inputs(model=MODEL)
+    fields = census.server_fields(inputs, "prefill")
+    seen = []
+    with census.published(**fields) as server_args:
+        model_runner = types.SimpleNamespace(
+            server_args=server_args,
+            is_draft_worker=True,
+            spec_algorithm=SpeculativeAlgorithm.EAGLE,
+        )
+        runner = types.SimpleNamespace(model_runner=model_runner)
+        gate.GATE.hooks()[0].fn(
+            lambda r, *a, **k: seen.append(r.model_runner.spec_algorithm), runner
+        )
+    assert seen == [SpeculativeAlgorithm.EAGLE]
+    assert record.snapshot()["gates"][gate.GATE.name] == record.Outcome.STEPPED_ASIDE
+    assert "draft" in record.snapshot()["stepped_aside_because"][gate.GATE.name]
+
+
+# --- each gate's own hook acts on a prefill target, on every release ------------
+
+
+def prefill_target_owner(server_args, fields, gate):
+    """The object each gate's hook receives, for a prefill speculative target."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    model_runner = types.SimpleNamespace(
+        server_args=server_args,
+        is_draft_worker=False,
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            fields["speculative_algorithm"]
+        ),
+        is_generation=True,
+    )
+    if gate is graph:
+        return model_runner
+    if gate is draft_graph:
+        return types.SimpleNamespace(server_args=server_args, cuda_graph_runner="x")
+    return types.SimpleNamespace(model_runner=model_runner)
+
+
+@pytest.mark.parametrize("gate", [graph, warmup, autotune, draft_graph])
+def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    inputs = census.Inputs(model=MODEL)
+    fields = census.server_fields(inputs, "prefill")
+    seen = []
+
+    def upstream(*args, **kwargs):
+        owner = kwargs.get("model_runner", args[0] if args else None)
+        runner = getattr(owner, "model_runner", owner)
+        seen.append(getattr(runner, "spec_algorithm", None))
+        if gate is graph:
+            seen.append(runner.is_generation)
+            if runner.is_generation:
+                seen.append(runner.gpu_id)  # upstream is about to capture
+        if gate is draft_graph:
+            seen.append(owner.gpu_id)  # upstream is about to capture
+
+    with census.published(**fields) as server_args:
+        owner = prefill_target_owner(server_args, fields, gate)
+        if gate is graph:
+            gate.GATE.hooks()[0].fn(upstream, model_runner=owner)
+        else:
+            gate.GATE.hooks()[0].fn(upstream, owner)
+    assert record.snapshot()["gates"][gate.GATE.name] == record.Outcome.ACTED
+    if gate is draft_graph:  # stopped before capturing, runners left as "run eager"
+        assert seen == [None] and owner.cuda_graph_runner is None
+    elif gate is graph:  # upstream reached the capture, then ran its no-capture path
+        assert seen == [
+            SpeculativeAlgorithm.EAGLE,
+            True,
+            SpeculativeAlgorithm.EAGLE,
+            False,
+        ]
+    else:  # upstream sizes/warms up as a worker without speculation
+        assert seen == [SpeculativeAlgorithm.NONE]
+        assert owner.model_runner.spec_algorithm == SpeculativeAlgorithm.EAGLE
