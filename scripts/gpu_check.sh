@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 15, on one GPU (written for one H200), under 8 minutes:
+# The GPU check of the PD pair, on one GPU (written for one H200), under 8 minutes:
 #  1. the unit suite (-m "not e2e") and the GPU e2e cases (-m gpu test/e2e), side by side;
 #  2. a PD pair on the one GPU: the tiny Qwen3-Next of test/e2e (dummy weights, NEXTN,
 #     Mooncake over TCP on 127.0.0.1), one decode server kept throughout, the prefill

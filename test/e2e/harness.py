@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.path.join(HERE, "site")
 READY_LINE = "The server is fired up and ready to roll!"
 
-# The CPU recipe (issue 8): a speculative (NEXTN) server on a tiny hybrid model with
+# The CPU recipe: a speculative (NEXTN) server on a tiny hybrid model with
 # dummy weights, no warmup request and no overlap scheduler. The memory share: on a
 # CPU, SGLang's budget is (free RAM now) - (1 - share) x (free RAM before loading),
 # so the share must leave room for what other processes take meanwhile (~2 GiB of
