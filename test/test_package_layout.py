@@ -1,0 +1,118 @@
+"""The package's shape: no import cycle among its modules, counting imports inside
+functions; the runtime plugin (loaded in every SGLang process) never imports the
+offline tool (``census``, ``cli``). Read from the source with ``ast``."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import sglang_pd_lean
+
+PACKAGE = "sglang_pd_lean"
+ROOT = pathlib.Path(sglang_pd_lean.__file__).resolve().parent
+RUNTIME = (
+    "plugin",
+    "role",
+    "compat",
+    "record",
+    "hook",
+    "upstream",
+    "accounting",
+    "units",
+    "gates",
+)
+OFFLINE = ("census", "cli")
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, pathlib.Path]:
+    return {module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """The package's modules ``name`` imports anywhere in its source (module level
+    or inside functions); ``from X import y`` counts X.y where that is a module."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0]
+                base = f"{anchor}.{base}" if base else anchor
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for imported in names:
+            while imported and imported not in known:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                found.add(imported)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports(name, path, set(found)) for name, path in found.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path (first module repeated at the end), or None."""
+    visiting, done = [], set()
+
+    def visit(name: str) -> list[str] | None:
+        if name in visiting:
+            return visiting[visiting.index(name) :] + [name]
+        if name in done:
+            return None
+        visiting.append(name)
+        for target in sorted(graph[name]):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        visiting.pop()
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        cycle = visit(name)
+        if cycle:
+            return cycle
+    return None
+
+
+def test_the_import_graph_sees_function_level_imports():
+    """The graph is read right: ``plugin`` imports ``compat`` only inside
+    ``register()``, and that edge is there."""
+    graph = import_graph()
+    assert f"{PACKAGE}.compat" in graph[f"{PACKAGE}.plugin"]
+    assert f"{PACKAGE}.gates.base" in graph[f"{PACKAGE}.gates"]
+
+
+def test_no_import_cycle_counting_imports_inside_functions():
+    assert find_cycle(import_graph()) is None
+
+
+def test_a_cycle_would_be_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("runtime", RUNTIME)
+def test_the_runtime_never_imports_the_offline_tool(runtime):
+    graph = import_graph()
+    offline = tuple(f"{PACKAGE}.{name}" for name in OFFLINE)
+    prefix = f"{PACKAGE}.{runtime}"
+    for name, targets in graph.items():
+        if name == prefix or name.startswith(prefix + "."):
+            reached = {t for t in targets if t.startswith(offline)}
+            assert not reached, f"{name} imports {sorted(reached)}"
