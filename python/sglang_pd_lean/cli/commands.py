@@ -70,6 +70,7 @@ def cmd_report(args) -> int:
 
 def _launch_census(args) -> dict:
     """The census of ``report ... -- <launch_server flags>``."""
+    from sglang_pd_lean.census.advice import advise
     from sglang_pd_lean.census.launch import gpu_facts
     from sglang_pd_lean.census.server import Launch, check, run_launch
 
@@ -85,7 +86,9 @@ def _launch_census(args) -> dict:
     if args.png:
         check_png_target(args.png)
     load_sglang_plugins()
-    return run_launch(launch)
+    result = run_launch(launch)
+    result.update(advise(launch, result))
+    return result
 
 
 def _report(args, result: dict) -> int:

@@ -179,6 +179,8 @@ def render_table(result: dict) -> str:
                 "on more mamba slots, not on KV (docs/memory-model.md)."
             )
         lines += notes
+    if "advice" in result:
+        lines += ["", *advice_lines(result)]
     return "\n".join(lines)
 
 
@@ -252,4 +254,55 @@ def launch_header(result: dict) -> list[str]:
         )
     else:
         lines.append("Available memory A per rank: --available-gib, exactly.")
+    return lines
+
+
+ADVICE_HEADER = ("KV cache", "KV tokens", "mamba slots", "request slots", "fits")
+
+
+def _capacity_cells(cap: dict) -> list[str]:
+    if not cap["fits"]:
+        return ["does not fit"] * 4 + ["no"]
+    return [
+        human_bytes(cap["kv_cache_bytes"]),
+        f"{cap['kv_tokens']:,}",
+        f"{cap['mamba_slots']:,}",
+        f"{cap['max_running_requests']:,}",
+        "yes",
+    ]
+
+
+def advice_lines(result: dict) -> list[str]:
+    """How to spend what the plugin frees on the prefill target: per choice, the
+    flags to add and what SGLang's sizing gives with them; else why nothing."""
+    lines = []
+    if result["advice"]:
+        upstream = result["capacity"]["prefill"]["upstream"]
+        rows = [["", *ADVICE_HEADER]]
+        rows.append(["upstream, without the plugin", *_capacity_cells(upstream)])
+        flags = []
+        for choice in result["advice"]:
+            rows.append([choice["title"], *_capacity_cells(choice["capacity"])])
+            flags.append(" ".join(choice["flags"]) or "nothing")
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines.append(
+            "How to spend what the plugin frees on the prefill target: each "
+            "choice's flags added to the prefill server's flags, SGLang's sizing "
+            "run again with them."
+        )
+        for i, row in enumerate(rows):
+            cells = "".join(f"  {c:>{widths[k]}}" for k, c in enumerate(row[1:], 1))
+            lines.append(f"{row[0]:{widths[0]}}{cells}".rstrip())
+            if i >= 2:
+                lines.append(f"    add: {flags[i - 2]}")
+        for choice in result["advice"]:
+            if not choice["capacity"]["fits"]:
+                lines.append(f"{choice['title']}: {choice['capacity']['reason']}")
+        if not upstream["fits"]:
+            lines.append(
+                "upstream does not fit, so there is no upstream KV cache or slot "
+                "count to start from: only the launch as given."
+            )
+    for role, reason in result["nothing_to_spend"].items():
+        lines.append(f"{ROLE_TITLES[role]}: nothing to spend: {reason}.")
     return lines
