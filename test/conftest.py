@@ -65,11 +65,17 @@ def sglang_minor() -> int:
 PATCHED_ENV = "SGLANG_PD_LEAN_TEST_PATCHED_GATES"
 
 
-def upstream_has(gate: str) -> bool:
-    if gate in os.environ.get(PATCHED_ENV, "").split(","):
-        return True
+def upstream_has(gate: str, version: str | None = None) -> bool:
+    """Whether SGLang ``version`` (default: the installed one, patched or not) does
+    ``gate``'s job itself, by the oracle above."""
+    if version is None:
+        if gate in os.environ.get(PATCHED_ENV, "").split(","):
+            return True
+        minor = sglang_minor()
+    else:
+        minor = int(version.split(".")[2][:2])
     since = NATIVE_FROM[gate]
-    return since is not None and sglang_minor() >= since
+    return since is not None and minor >= since
 
 
 def stand_in_model_runner(server_args, fields: dict, *, is_draft_worker: bool, **extra):

@@ -1,15 +1,20 @@
 """The plugin as SGLang loads it: discovery, kill switch, unsupported releases,
-missing hook targets, idempotence. Each case runs in a fresh interpreter, because
-hooks, once applied, stay for the life of a process."""
+missing hook targets, idempotence, the record's reporting hooks.
+
+Discovery through the entry point and what a process ends up with (functions
+wrapped, a prefill target's pool) run in a fresh interpreter, because hooks, once
+applied, stay for the life of a process. What ``register()`` decides runs here, on
+an empty ``HookRegistry`` with the plugin and the record reset (``fresh_plugin``)."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from conftest import run_python, upstream_has
 
-from sglang_pd_lean import record
+from sglang_pd_lean import compat, plugin, record
 
 GATE_TARGETS = {
     "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
@@ -22,9 +27,9 @@ GATE_TARGETS = {
 
 
 def expected_gates(version: str) -> set[str]:
-    """The gates a release lacks (conftest's oracle, not the plugin's compat code)."""
-
-    return {gate for gate in GATE_TARGETS if not upstream_has(gate)}
+    """The gates release ``version`` lacks (conftest's oracle, not the plugin's
+    compat code)."""
+    return {gate for gate in GATE_TARGETS if not upstream_has(gate, version)}
 
 
 SCRIPT = """
@@ -69,14 +74,6 @@ def run_plugin(prelude: str = "", after: str = "", env: dict | None = None) -> d
     return json.loads(lines[-1][len("RESULT") :])
 
 
-def our_lines(log: str, level: str) -> list[str]:
-    return [
-        line
-        for line in log.splitlines()
-        if line.startswith(f"{level}:sglang_pd_lean") and "[sglang-pd-lean]" in line
-    ]
-
-
 @pytest.fixture(scope="module")
 def version():
     import sglang
@@ -93,19 +90,19 @@ def test_load_plugins_discovers_the_plugin_and_applies_its_hooks(version):
     assert result["prefill_verify_state"] is False
 
 
-def test_register_twice_registers_each_hook_once(version):
-    result = run_plugin(
-        after=(
-            "import sglang.srt.plugins as p; from sglang_pd_lean.plugin import register\n"
-            "assert register() is False\n"
-            "p._plugins_loaded = False; load_plugins()"
-        )
-    )
+def test_register_twice_registers_each_hook_once(version, fresh_plugin):
+    assert plugin.register() is True
+    assert plugin.register() is False
     # Every needed gate's hook and the two reporting hooks, each once.
     reporting = {hook.target for hook in record.hooks()}
     needed = {GATE_TARGETS[gate] for gate in expected_gates(version)}
-    assert set(result["hooks"]) == needed | reporting
-    assert all(count == 1 for count in result["hooks"].values())
+    assert set(fresh_plugin._hooks) == needed | reporting
+    assert all(len(hooks) == 1 for hooks in fresh_plugin._hooks.values())
+
+
+def test_expected_gates_follow_the_release_asked_about():
+    assert expected_gates("0.5.17") == set(GATE_TARGETS)
+    assert expected_gates("0.5.23") == {"draft_graph", "autotune"}
 
 
 def test_kill_switch_leaves_sglang_upstream(version):
@@ -121,103 +118,92 @@ def test_plugin_left_out_of_sglang_plugins_leaves_sglang_upstream(version):
     assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
 
 
-def test_unsupported_release_warns_once_and_registers_nothing(version):
-    result = run_plugin(
-        prelude=(
-            "import importlib.metadata as md\n"
-            "_real = md.version\n"
-            "md.version = lambda name: '0.6.0' if name == 'sglang' else _real(name)"
-        )
-    )
-    warnings = our_lines(result["log"], "WARNING")
+def our_warnings(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name.startswith("sglang_pd_lean")
+    ]
+
+
+def test_unsupported_release_warns_once_and_registers_nothing(
+    fresh_plugin, monkeypatch, caplog
+):
+    monkeypatch.setattr(compat, "sglang_version", lambda: "0.6.0")
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        assert plugin.register() is False
+    warnings = our_warnings(caplog)
     assert len(warnings) == 1 and "SGLang 0.6.0" in warnings[0]
-    assert not any(result["wrapped"].values())
-    assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
+    assert dict(fresh_plugin._hooks) == {}
 
 
-def test_missing_hook_target_warns_once_and_registers_nothing(version):
+def test_missing_hook_target_warns_once_and_registers_nothing(
+    version, fresh_plugin, monkeypatch, caplog
+):
+    import pkgutil
+
     needed = sorted(expected_gates(version))
     if not needed:
         pytest.skip(f"SGLang {version} needs no gate of the plugin")
     owner, attr = GATE_TARGETS[needed[0]].rsplit(".", 1)
-    module, cls = owner.rsplit(".", 1)
-    # Gone from the class and every base it could inherit it from.
-    prelude = (
-        f"import {module} as m\n"
-        f"for k in m.{cls}.__mro__:\n"
-        f"    if {attr!r} in vars(k): delattr(k, {attr!r})"
-    )
-    result = run_plugin(prelude=prelude)
-    warnings = our_lines(result["log"], "WARNING")
+    # Gone from the class and every base it could inherit it from (until teardown).
+    for cls in pkgutil.resolve_name(owner).__mro__:
+        if attr in vars(cls):
+            monkeypatch.delattr(cls, attr)
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        assert plugin.register() is False
+    warnings = our_warnings(caplog)
     assert len(warnings) == 1 and attr in warnings[0] and version in warnings[0]
-    assert not any(result["wrapped"].values())
-    assert result["prefill_verify_state"] is ("pool" in expected_gates(version))
+    assert dict(fresh_plugin._hooks) == {}
 
 
-def test_scheduler_reports_the_record_in_its_internal_state(version):
+def test_scheduler_reports_the_record_in_its_internal_state(version, fresh_plugin):
     """Both reporting hooks are registered once (the live ``/server_info`` is the
     e2e suite's), and the record travels in SGLang's own ``GetInternalStateReqOutput``
     through msgpack, as the scheduler sends it."""
-    result = run_plugin(
-        after=(
-            "import msgspec\n"
-            "from sglang.srt.managers.io_struct import GetInternalStateReqOutput\n"
-            "from sglang_pd_lean import compat, record\n"
-            "out = GetInternalStateReqOutput(internal_state={'x': 1})\n"
-            "record.add_to_internal_state(out)\n"
-            "back = msgspec.msgpack.decode(msgspec.msgpack.encode(out.internal_state))\n"
-            "plan = {g.name: g.state for g in compat.plan()}\n"
-            "assert back['pd_lean']['gates'] == plan, (back, plan)\n"
-            "assert back['pd_lean']['sglang_version'] == " + repr(version) + "\n"
-            "assert back['x'] == 1"
-        )
-    )
+    import msgspec
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
+
+    assert plugin.register() is True
     for hook in record.hooks():
-        assert result["hooks"][hook.target] == 1
+        assert len(fresh_plugin._hooks[hook.target]) == 1
+    out = GetInternalStateReqOutput(internal_state={"x": 1})
+    record.add_to_internal_state(out)
+    back = msgspec.msgpack.decode(msgspec.msgpack.encode(out.internal_state))
+    assert back["pd_lean"]["gates"] == {g.name: g.state for g in compat.plan()}
+    assert back["pd_lean"]["sglang_version"] == version
+    assert back["x"] == 1
 
 
-def test_registration_summary_is_logged_again_once_a_scheduler_starts():
+def test_registration_summary_is_logged_again_once_a_scheduler_starts(
+    fresh_plugin, caplog
+):
     """A scheduler configures logging after load_plugins(): the summary, swallowed
     then, is logged once by the hook before ``Scheduler.__init__``."""
-    from sglang_pd_lean import record as rec
-
-    proc = run_python(
-        "import logging, sys\n"
-        "from sglang.srt.plugins import load_plugins\n"
-        "load_plugins()\n"
-        "logging.basicConfig(level=logging.INFO, stream=sys.stdout, format='%(message)s', force=True)\n"
-        "from sglang_pd_lean import record\n"
-        "record.announce(); record.announce()\n"
-        "print('STATE', record.snapshot()['gates'])\n"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert plugin.register() is True
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        record.announce()
+        record.announce()
     lines = [
-        line
-        for line in proc.stdout.splitlines()
-        if line.startswith("[sglang-pd-lean] SGLang")
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("[sglang-pd-lean] SGLang")
     ]
-    assert len(lines) == 1, proc.stdout
+    assert len(lines) == 1
     assert all(f"{gate} gate" in lines[0] for gate in GATE_TARGETS)
-    assert rec.SCHEDULER in {h.target.rsplit(".", 1)[0] for h in rec.hooks()}
+    assert record.SCHEDULER in {h.target.rsplit(".", 1)[0] for h in record.hooks()}
 
 
-def test_register_without_sglang_says_sglang_is_not_installed():
+def test_register_without_sglang_says_sglang_is_not_installed(
+    fresh_plugin, monkeypatch, caplog
+):
     """Called outside SGLang (no distribution installed): one WARNING that says so,
     not "SGLang None is not a supported release"."""
-    proc = run_python(
-        "import io, logging, importlib.metadata as md\n"
-        "log = io.StringIO(); logging.basicConfig(level=logging.INFO, stream=log)\n"
-        "_real = md.version\n"
-        "def version(name):\n"
-        "    if name == 'sglang':\n"
-        "        raise md.PackageNotFoundError(name)\n"
-        "    return _real(name)\n"
-        "md.version = version\n"
-        "from sglang_pd_lean.plugin import register\n"
-        "assert register() is False\n"
-        "print(log.getvalue())"
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    warnings = our_lines(proc.stdout, "WARNING")
+    monkeypatch.setattr(compat, "sglang_version", lambda: None)
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        assert plugin.register() is False
+    warnings = our_warnings(caplog)
     assert len(warnings) == 1 and "SGLang is not installed" in warnings[0]
     assert "None" not in warnings[0]
+    assert dict(fresh_plugin._hooks) == {}
