@@ -6,10 +6,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import subprocess
-import sys
 
 import pytest
+
+# Re-exported for modules that still import them from here (prefer ``helpers``).
+from helpers import (  # noqa: F401
+    NATIVE_FROM,
+    PATCHED_ENV,
+    run_python,
+    sglang_minor,
+    stand_in_model_runner,
+    upstream_has,
+)
 
 # Quiet, deterministic SGLang imports.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -39,81 +47,6 @@ def gate_states():
     from sglang_pd_lean import compat
 
     return {gate.name: gate.state for gate in compat.plan()}
-
-
-# The release that first does each gate's job itself (from upstream's sources), an
-# oracle independent of the plugin's own detection in ``compat``.
-# None: no supported release (up to 0.5.23) does it.
-NATIVE_FROM = {
-    "pool": 18,
-    "graph": 18,
-    "warmup": 18,
-    "budget": 22,
-    "draft_graph": None,
-    "autotune": None,
-}
-
-
-def sglang_minor() -> int:
-    import sglang
-
-    return int(sglang.__version__.split(".")[2][:2])
-
-
-# Set by test_patches.py when the SGLang under test carries one of patches/: the
-# gates that patch makes upstream's own (comma-separated).
-PATCHED_ENV = "SGLANG_PD_LEAN_TEST_PATCHED_GATES"
-
-
-def upstream_has(gate: str, version: str | None = None) -> bool:
-    """Whether SGLang ``version`` (default: the installed one, patched or not) does
-    ``gate``'s job itself, by the oracle above."""
-    if version is None:
-        if gate in os.environ.get(PATCHED_ENV, "").split(","):
-            return True
-        minor = sglang_minor()
-    else:
-        minor = int(version.split(".")[2][:2])
-    since = NATIVE_FROM[gate]
-    return since is not None and minor >= since
-
-
-def stand_in_model_runner(server_args, fields: dict, *, is_draft_worker: bool, **extra):
-    """The fields of a ModelRunner that graph setup and warmup read (a real one needs a
-    GPU and weights), for the worker the published ``fields`` describe."""
-    import types
-
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    draft_tokens = fields.get("speculative_num_draft_tokens") or 1
-    values = dict(
-        server_args=server_args,
-        is_draft_worker=is_draft_worker,
-        spec_algorithm=SpeculativeAlgorithm.from_string(
-            fields.get("speculative_algorithm")
-        ),
-        is_generation=True,
-        device="cuda",
-        gpu_id=0,
-        decode_num_tokens_per_req=lambda: draft_tokens,
-    )
-    values.update(extra)
-    return types.SimpleNamespace(**values)
-
-
-def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter of this venv; stdout and stderr captured."""
-    full_env = dict(os.environ)
-    full_env.pop("SGLANG_PLUGINS", None)
-    full_env.pop("SGLANG_PD_LEAN", None)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=300,
-    )
 
 
 MODEL = "qwen3-next-80b-a3b"

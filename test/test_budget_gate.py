@@ -15,8 +15,8 @@ import contextlib
 import logging
 
 import pytest
-from conftest import sglang_minor, upstream_has
 from formulas import GIB, binary
+from helpers import sglang_minor, upstream_has
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import budget

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pkgutil
 
 import pytest
-from conftest import NATIVE_FROM, upstream_has
+from helpers import NATIVE_FROM, upstream_has
 
 from sglang_pd_lean import compat
 from sglang_pd_lean.gates import all_gates

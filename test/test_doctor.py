@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import NATIVE_FROM, upstream_has
+from helpers import NATIVE_FROM, upstream_has
 
 from sglang_pd_lean import cli, compat
 from sglang_pd_lean.hook import Hook, When

@@ -15,7 +15,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from conftest import stand_in_model_runner
+from helpers import stand_in_model_runner
 
 from sglang_pd_lean import census
 from sglang_pd_lean.gates import graph

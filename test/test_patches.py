@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import PATCHED_ENV
+from helpers import PATCHED_ENV
 
 pytestmark = pytest.mark.patches
 

@@ -12,7 +12,7 @@ import json
 import logging
 
 import pytest
-from conftest import run_python, upstream_has
+from helpers import run_python, upstream_has
 
 from sglang_pd_lean import compat, plugin, record
 

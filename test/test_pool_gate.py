@@ -18,8 +18,8 @@ import logging
 from unittest import mock
 
 import pytest
-from conftest import upstream_has
 from formulas import binary, gdn_expected, load_config
+from helpers import upstream_has
 
 from sglang_pd_lean import accounting, census, record
 from sglang_pd_lean.gates import pool
@@ -84,7 +84,7 @@ def test_prefill_target_pool_has_no_verify_state(model):
 @pytest.mark.parametrize("model", MODELS)
 def test_upstream_prefill_target_pool_without_plugin(model):
     """Without the gate, 0.5.16/0.5.17 build the verify state; 0.5.18+ do not."""
-    from conftest import upstream_has
+    from helpers import upstream_has
 
     _, upstream = build(model, "prefill", speculative=True, is_draft_worker=False)
     assert has_verify_state(upstream) is (not upstream_has("pool"))

@@ -16,7 +16,7 @@ import types
 
 import pytest
 import torch
-from conftest import stand_in_model_runner
+from helpers import stand_in_model_runner
 
 from sglang_pd_lean import census
 

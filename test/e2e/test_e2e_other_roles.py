@@ -20,7 +20,6 @@ from e2e_runs import (
 )
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["e2e_runs"]  # fixtures: runs, device
 
 ROLES = ["decode", "null"]
 

@@ -15,16 +15,15 @@ import re
 
 import pytest
 import sglang
-from conftest import NATIVE_FROM, upstream_has
 from e2e_runs import (
     PLUGIN_PREFIX,
     gate_lines,
     logged_sizes,
     reported_sizes,
 )
+from helpers import NATIVE_FROM, upstream_has
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["e2e_runs"]  # fixtures: runs, device
 
 # Gates a start-up reaches on a prefill server with --skip-server-warmup: the
 # warmup and autotune gates sit on the warmup forward, which a CPU never runs.

@@ -14,16 +14,15 @@ each one received (a CPU's budget is the host's free memory, different per run).
 from __future__ import annotations
 
 import pytest
-from conftest import upstream_has
 from e2e_runs import (
     PLUGIN_PREFIX,
     cuda_snapshot_failure,
     logged_sizes,
     reported_sizes,
 )
+from helpers import upstream_has
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["e2e_runs"]  # fixtures: runs, device
 
 PLUGIN_OFF = ["prefill, allow-list without us", "prefill, kill switch"]
 
