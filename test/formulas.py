@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 
+import sglang_pd_lean
+
 GIB = 1 << 30
 BF16, FP32 = 2, 4
-MODELS_DIR = os.path.join(
-    os.path.dirname(__file__), "..", "python", "sglang_pd_lean", "models"
-)
+# The bundled config.json files (data, read here by hand).
+MODELS_DIR = os.path.join(os.path.dirname(sglang_pd_lean.__file__), "models")
 
 
 def load_config(name: str) -> dict:
