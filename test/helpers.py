@@ -9,6 +9,16 @@ import os
 import subprocess
 import sys
 
+# (bundled model, TP) of the layouts the budget and patch tests size: each hybrid
+# family (GDN, KDA, Mamba2) and TP 2 to 8.
+LAYOUTS = [
+    ("qwen3-next-80b-a3b", 4),
+    ("qwen3.5-397b-a17b", 8),
+    ("kimi-linear-48b-a3b", 2),
+    ("nemotron-h-8b", 2),
+]
+
+
 # The release that first does each gate's job itself (from upstream's sources), an
 # oracle independent of the plugin's own detection in ``compat``.
 # None: no supported release (up to 0.5.23) does it.

@@ -16,7 +16,7 @@ import logging
 
 import pytest
 from formulas import GIB, binary
-from helpers import sglang_minor, upstream_has
+from helpers import LAYOUTS, sglang_minor, upstream_has
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import budget
@@ -35,12 +35,6 @@ BRANCHES = {
     "radix_off": dict(disable_radix_cache=True),
     "automatic": dict(),
 }
-LAYOUTS = [
-    ("qwen3-next-80b-a3b", 4),
-    ("qwen3.5-397b-a17b", 8),
-    ("kimi-linear-48b-a3b", 2),
-    ("nemotron-h-8b", 2),
-]
 
 
 def size_and_build(

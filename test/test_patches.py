@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from helpers import PATCHED_ENV
+from helpers import LAYOUTS, PATCHED_ENV
 
 pytestmark = pytest.mark.patches
 
@@ -42,14 +42,8 @@ GATE_TESTS = [
 NOT_FOR_PATCHED = (
     "test/test_newer_gates.py::test_report_counts_the_autotune_buffers_the_gate_shrinks"
 )
-# (bundled model, TP) for the census; radix cache off, so the mamba slot count is
-# the running-request count on every role and only the budget can differ.
-LAYOUTS = [
-    ("qwen3-next-80b-a3b", 4),
-    ("qwen3.5-397b-a17b", 8),
-    ("kimi-linear-48b-a3b", 2),
-    ("nemotron-h-8b", 2),
-]
+# The census runs helpers.LAYOUTS with the radix cache off, so the mamba slot count
+# is the running-request count on every role and only the budget can differ.
 CENSUS_ARGS = ["--max-running-requests", "128", "--available-gib", "100"]
 ROLES = ("prefill", "decode", "null")
 
