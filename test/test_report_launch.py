@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import types
 
 import pytest
 from conftest import sglang_minor
@@ -221,6 +223,15 @@ def test_the_gpu_probes_are_put_back_after_the_report(qwen3_next, capsys):
     assert torch.cuda.get_device_capability is capability
     assert common.is_cuda() is False and common.get_device_sm() == 0
     assert dict(os.environ) == env
+    stand_ins = [
+        (module.__name__, attr)
+        for module in list(sys.modules.values())
+        if getattr(module, "__name__", "").startswith("sglang")
+        for attr, value in list(vars(module).items())
+        if isinstance(value, types.FunctionType)
+        and value.__qualname__.startswith("_probes.")
+    ]
+    assert stand_ins == []
 
 
 @pytest.mark.parametrize(
@@ -301,3 +312,19 @@ def test_running_requests_sglang_caps_are_flagged_and_built(capsys):
         sized = result["capacity"][role][column]["max_running_requests"]
         assert sized < 256
         assert result["roles"][role][column]["request_slots"] == sized
+
+
+def test_one_role_alone_sizes_as_in_the_whole_report(qwen3_next, capsys):
+    """``run_launch(only=...)``: one role's columns, the same figures as in the
+    report of every role."""
+    from sglang_pd_lean.census.server import Launch, run_launch
+
+    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    whole = report_json(capsys, "--gpu", "h200", "--weights-gib", "40", "--", *argv)
+    alone = run_launch(
+        Launch(argv=argv, gpu=launch.GPUS["h200"], weights_gib=40.0),
+        only=("prefill",),
+    )
+    assert set(alone["roles"]) == set(alone["capacity"]) == {"prefill"}
+    assert alone["capacity"]["prefill"] == whole["capacity"]["prefill"]
+    assert alone["roles"]["prefill"] == whole["roles"]["prefill"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import io
 import logging
@@ -135,6 +136,7 @@ def _probes(gpu: Gpu) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _preimport() -> None:
     """Import what resolution imports lazily, before the probes answer for a GPU:
     a module imported under them would take the GPU's import-time branches."""
@@ -153,6 +155,27 @@ def _preimport() -> None:
             importlib.import_module(name)
 
 
+_holders: dict[int, list[tuple[Any, str, str]]] = {}
+
+
+def _probe_holders(common, names: tuple[str, ...]) -> list[tuple[Any, str, str]]:
+    """(module, attribute, probe name) wherever a module of SGLang holds one of the
+    probes; found again only when modules were imported since the last search."""
+    count = len(sys.modules)
+    if count not in _holders:
+        by_id = {id(getattr(common, n)): n for n in names if hasattr(common, n)}
+        found = []
+        for module in list(sys.modules.values()):
+            if not getattr(module, "__name__", "").startswith("sglang"):
+                continue
+            for attr, value in list(vars(module).items()):
+                if id(value) in by_id:
+                    found.append((module, attr, by_id[id(value)]))
+        _holders.clear()
+        _holders[count] = found
+    return _holders[count]
+
+
 @contextlib.contextmanager
 def on_gpu(gpu: Gpu) -> Iterator[None]:
     """SGLang's GPU probes answer for ``gpu`` in the block, wherever a module of
@@ -166,24 +189,28 @@ def on_gpu(gpu: Gpu) -> Iterator[None]:
 
     fakes = _probes(gpu)
     originals = {n: getattr(common, n) for n in fakes if hasattr(common, n)}
-    by_id = {id(f): n for n, f in originals.items()}
     swapped = []
-    for module in list(sys.modules.values()):
-        if not getattr(module, "__name__", "").startswith("sglang"):
-            continue
-        for attr, value in list(vars(module).items()):
-            name = by_id.get(id(value))
-            if name is not None and value is originals[name]:
-                swapped.append((module, attr, value))
-                setattr(module, attr, fakes[name])
+    for module, attr, name in _probe_holders(common, tuple(fakes)):
+        value = getattr(module, attr)
+        if value is originals[name]:
+            swapped.append((module, attr, value))
+            setattr(module, attr, fakes[name])
     capability = torch.cuda.get_device_capability
     torch.cuda.get_device_capability = fakes["get_device_capability"]
+    before = set(sys.modules)
     try:
         yield
     finally:
         torch.cuda.get_device_capability = capability
         for module, attr, value in swapped:
             setattr(module, attr, value)
+        # A module imported in the block took the stand-ins: give it the probes.
+        stand_ins = {id(f): n for n, f in fakes.items() if n in originals}
+        for name in set(sys.modules) - before:
+            module = sys.modules.get(name)
+            for attr, value in list(vars(module).items()) if module else ():
+                if id(value) in stand_ins:
+                    setattr(module, attr, originals[stand_ins[id(value)]])
 
 
 @contextlib.contextmanager

@@ -123,8 +123,10 @@ def _sizing_name(fields: dict) -> str:
     return "automatic (ratio of the budget)"
 
 
-def run_launch(launch: Launch) -> dict:
-    """The census per role for the launch: resolved values, memory, pools, sizing."""
+def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
+    """The census per role for the launch: resolved values, memory, pools, sizing.
+    ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
+    one sizing step of a search, saves the others' resolution and pools)."""
     import sglang
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.mem_cache import kv_cache_configurator
@@ -132,8 +134,10 @@ def run_launch(launch: Launch) -> dict:
     argv, folder, name = launch_argv(launch)
     data = read_config_dict(Inputs(config=folder))
     role = given_role(argv)
-    servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in ROLES}
-    fields = {r: resolved_fields(servers[r]) for r in ROLES}
+    columns = tuple(r for r in ROLES if r in only)
+    resolving = tuple(r for r in ROLES if r in columns or r == role)
+    servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
+    fields = {r: resolved_fields(servers[r]) for r in resolving}
     base = fields[role]
     with published(**base) as server_args:
         with sglang_rejects("SGLang cannot load this config"):
@@ -175,7 +179,7 @@ def run_launch(launch: Launch) -> dict:
             )
         layers = stage_layers(mc.num_hidden_layers, pp, linear_layers)
         roles, capacity, memory, warm = {}, {}, {}, {}
-        for r in ROLES:
+        for r in columns:
             f = fields[r]
             mfs = f["mem_fraction_static"]
             if launch.available_gib is not None:
@@ -243,10 +247,10 @@ def run_launch(launch: Launch) -> dict:
             "context_length": mc.context_len,
             "page_size": base["page_size"] or 1,
             "mamba_radix_cache_strategy": base.get("mamba_radix_cache_strategy"),
-            "available_gib": memory[role]["available_gib"],
+            "available_gib": memory.get(role, memory[columns[0]])["available_gib"],
             "mamba_sizing": _sizing_name(base),
         },
-        "resolved": {r: summary(servers[r]) for r in ROLES},
+        "resolved": {r: summary(servers[r]) for r in columns},
         "memory": memory,
         "roles": roles,
         "warmup": warmup,
