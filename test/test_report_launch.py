@@ -12,7 +12,7 @@ import sys
 import types
 
 import pytest
-from conftest import sglang_minor
+from helpers import sglang_minor
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.census import launch, model

@@ -26,7 +26,6 @@ from e2e_runs import (
 )
 
 pytestmark = pytest.mark.e2e
-pytest_plugins = ["e2e_runs"]  # fixtures: runs, device
 
 # Run names whose server has our plugin loaded and enabled.
 PLUGIN_OFF = ("allow-list without us", "kill switch")
