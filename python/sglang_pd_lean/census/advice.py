@@ -47,7 +47,7 @@ VERIFYING = {
 
 def nothing_to_spend(result: dict) -> dict[str, str]:
     """Per role, why the plugin frees nothing there (no entry: something to spend)."""
-    reasons = dict(VERIFYING)
+    reasons = {}
     roles, capacity = result["roles"]["prefill"], result["capacity"]["prefill"]
     upstream, plugin = capacity["upstream"], capacity["plugin"]
     version = result["sglang_version"]
@@ -68,7 +68,7 @@ def nothing_to_spend(result: dict) -> dict[str, str]:
             f"SGLang {version} already builds and sizes this prefill target without "
             f"the verify state (upstream and plugin columns agree): nothing freed"
         )
-    return reasons
+    return {**reasons, **VERIFYING}
 
 
 @dataclasses.dataclass
@@ -121,7 +121,7 @@ def _requests_flags(requests: int, ratio: int) -> tuple[str, ...]:
 
 def most_requests(road: _Road, floor: int, kv_floor: int) -> tuple | None:
     """The flags for the most running requests SGLang serves uncapped with the KV
-    cache at least ``kv_floor`` bytes, from ``floor`` requests up; None if not even
+    cache at least ``kv_floor`` tokens, from ``floor`` requests up; None if not even
     ``floor`` does. Each step is SGLang's sizing run again with the flags."""
     ratio = road.mamba_ratio()
 
@@ -130,7 +130,7 @@ def most_requests(road: _Road, floor: int, kv_floor: int) -> tuple | None:
         return (
             cap["fits"]
             and cap["max_running_requests"] >= requests
-            and cap["kv_cache_bytes"] >= kv_floor
+            and cap["kv_tokens"] >= kv_floor
         )
 
     low = max(floor, 1)
@@ -162,7 +162,7 @@ def advise(launch, result: dict) -> dict:
     if upstream["fits"]:
         kv = ("--max-mamba-cache-size", str(upstream["mamba_slots"]))
         requests = most_requests(
-            road, upstream["max_running_requests"], upstream["kv_cache_bytes"]
+            road, upstream["max_running_requests"], upstream["kv_tokens"]
         )
         choices += [("kv", kv), ("requests", requests)]
     choices.append(("automatic", ()))
