@@ -237,3 +237,45 @@ def test_without_speculative_decoding_there_is_nothing_to_spend():
     )
     assert result["advice"] == []
     assert "no speculative decoding" in result["nothing_to_spend"]["prefill"]
+
+
+@budget_acts
+def test_png_shows_the_kv_cache_per_role_column_and_choice(result, tmp_path):
+    import struct
+
+    from sglang_pd_lean.cli.chart import chart, draw_png
+
+    path = tmp_path / "report.png"
+    draw_png(result, str(path))
+    head = path.read_bytes()[:24]
+    width, height = struct.unpack(">II", head[16:24])
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 1500 <= width <= 2600 and 500 <= height <= 900
+    fig = chart(result)
+    fig.canvas.draw()
+    pools, kv = fig.axes
+    assert kv.get_title() == "capacity: KV cache (labels: KV tokens)"
+    assert [t.get_text() for t in kv.get_xticklabels()] == [
+        "prefill\nupstream",
+        "prefill\nplugin",
+        "decode\nupstream",
+        "decode\nplugin",
+        "unified\nupstream",
+        "unified\nplugin",
+        "prefill\n(a)",
+        "prefill\n(b)",
+        "prefill\n(c)",
+    ]
+    sized = [
+        result["capacity"][role][col]
+        for role in ("prefill", "decode", "null")
+        for col in ("upstream", "plugin")
+    ] + [choice["capacity"] for choice in result["advice"]]
+    labels = [t.get_text() for t in kv.texts]
+    assert labels == [
+        f"{s['kv_tokens']:,} tok" if s["fits"] else "does not fit" for s in sized
+    ]
+    assert min(t.get_fontsize() for t in kv.texts) >= 8
+    # The pool legend sits outside the pool axes and clear of the capacity bars.
+    box = pools.get_legend().get_window_extent()
+    assert not any(box.overlaps(p.get_window_extent()) for p in kv.patches)

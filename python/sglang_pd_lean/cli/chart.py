@@ -31,7 +31,13 @@ def chart(result: dict):
         for col in ("upstream", "plugin"):
             labels.append(f"{ROLE_TITLES[role]}\n{col}")
             columns.append(cols[col]["components"])
-    fig, ax = plt.subplots(figsize=(12, 5))
+    capacity = result.get("capacity")
+    if capacity:
+        fig, (ax, kv_ax) = plt.subplots(
+            1, 2, figsize=(18, 6), gridspec_kw={"width_ratios": [3, 2]}
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(12, 5))
     bottoms = [0.0] * len(columns)
     for label, names in component_rows(roles):
         heights = [sum(col.get(n, 0) for n in names) / GIB for col in columns]
@@ -54,8 +60,39 @@ def chart(result: dict):
         loc="upper left",
         bbox_to_anchor=(1.01, 1.0),
     )
+    if capacity:
+        capacity_bars(kv_ax, capacity, result.get("advice") or [])
     fig.tight_layout()
     return fig
+
+
+def capacity_bars(ax, capacity: dict, advice: list) -> None:
+    """KV cache GiB per role and column (and per advised choice on the prefill
+    target), each bar labelled with its KV tokens."""
+    from sglang_pd_lean.units import GIB
+
+    labels, heights, texts = [], [], []
+    rows = [
+        (f"{ROLE_TITLES[role].split()[0]}\n{col}", cols[col])
+        for role, cols in capacity.items()
+        for col in ("upstream", "plugin")
+    ]
+    rows += [
+        (f"prefill\n{choice['title'].split(' ', 1)[0]}", choice["capacity"])
+        for choice in advice
+    ]
+    for label, sized in rows:
+        labels.append(label)
+        fits = sized["fits"]
+        heights.append(sized["kv_cache_bytes"] / GIB if fits else 0.0)
+        texts.append(f"{sized['kv_tokens']:,} tok" if fits else "does not fit")
+    colors = ["tab:blue", "tab:orange"] * len(capacity) + ["tab:green"] * len(advice)
+    bars = ax.bar(labels, heights, color=colors)
+    ax.bar_label(bars, texts, fontsize=8, rotation=90, padding=3)
+    ax.set_ylabel("KV cache, GiB per rank")
+    ax.set_title("capacity: KV cache (labels: KV tokens)")
+    ax.set_ylim(top=max(heights, default=0) * 1.35 or 1.0)
+    ax.tick_params(axis="x", labelsize=8)
 
 
 def draw_png(result: dict, path: str) -> None:
