@@ -23,7 +23,9 @@ from sglang_pd_lean.cli.table import render_table
 
 # Test-only hold point: with SGLANG_PD_LEAN_TEST_HOLD=FILE, the report creates FILE
 # once its census is computed (temporary model folder still there, nothing printed)
-# and waits there up to a minute, so a test can signal it while it provably works.
+# and waits there up to two minutes, so a test can signal it while it provably works.
+# Short sleeps: a signal that lands on another thread runs its Python handler only when
+# the main thread next wakes.
 TEST_HOLD = "SGLANG_PD_LEAN_TEST_HOLD"
 
 
@@ -96,7 +98,8 @@ def _report(args, result: dict) -> int:
 
     if os.environ.get(TEST_HOLD):
         open(os.environ[TEST_HOLD], "w").close()
-        time.sleep(60)
+        for _ in range(1200):
+            time.sleep(0.1)
 
     result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
     if args.json:
