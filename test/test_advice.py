@@ -11,8 +11,8 @@ import io
 import json
 
 import pytest
-from conftest import sglang_minor
 from formulas import GIB, binary, gdn_dims, load_config
+from helpers import sglang_minor
 
 from sglang_pd_lean import cli
 

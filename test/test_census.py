@@ -4,64 +4,11 @@ without the CLI in front of it)."""
 
 from __future__ import annotations
 
-import json
-import os
-
 import pytest
-from conftest import upstream_has
+from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
+from helpers import upstream_has
 
 from sglang_pd_lean import census
-
-BF16, FP32 = 2, 4
-GIB = 1 << 30
-
-
-def load_config(name: str) -> dict:
-    with open(os.path.join(census.MODELS_DIR, f"{name}.json")) as f:
-        return json.load(f)
-
-
-def gdn_dims(cfg: dict, *, tp: int) -> dict:
-    """A GDN model's linear layers and per-layer, per-slot state bytes from its
-    config.json fields (fp32 ssm state, conv state in the model dtype, bf16 here)."""
-    text = cfg.get("text_config", cfg)
-    layers = sum(
-        1
-        for i in range(text["num_hidden_layers"])
-        if (i + 1) % text["full_attention_interval"] != 0
-    )
-    hv, hk = text["linear_num_value_heads"], text["linear_num_key_heads"]
-    v, k, kernel = (
-        text["linear_value_head_dim"],
-        text["linear_key_head_dim"],
-        text["linear_conv_kernel_dim"],
-    )
-    conv_dim = (2 * hk * k + hv * v) // tp
-    return {
-        "layers": layers,
-        "ssm": hv // tp * v * k * FP32,
-        "conv": conv_dim * (kernel - 1) * BF16,
-        "conv_dim": conv_dim,
-        "kernel": kernel,
-    }
-
-
-def gdn_expected(name: str, *, tp: int, requests: int, slots: int, draft: int) -> dict:
-    """Bytes per component of a GDN model's mamba state, from its config.json fields."""
-    d = gdn_dims(load_config(name), tp=tp)
-    layers = d["layers"]
-    return {
-        "ssm state": layers * (slots + 1) * d["ssm"],
-        "conv state": layers * (slots + 1) * d["conv"],
-        "verify ssm snapshots": layers * (requests + 1) * draft * d["ssm"],
-        # CUDA + linear draft chain: one shared [dim, D + K - 2] window per slot.
-        "verify conv windows": layers
-        * (requests + 1)
-        * d["conv_dim"]
-        * (draft + d["kernel"] - 2)
-        * BF16,
-    }
-
 
 MAMBA_FULL_MEMORY_RATIO = 0.9  # SGLang's default --mamba-full-memory-ratio
 SLOTS_PER_REQUEST = 3  # upstream's mamba slots per running request (radix cache on)

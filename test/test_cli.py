@@ -11,11 +11,10 @@ import re
 import sys
 
 import pytest
-from conftest import NATIVE_FROM, upstream_has
-from test_census import GIB, gdn_dims, gdn_expected, load_config
+from formulas import GIB, binary, gdn_dims, gdn_expected, load_config
+from helpers import NATIVE_FROM, upstream_has
 
 from sglang_pd_lean import census, cli
-from sglang_pd_lean.units import human_bytes
 
 E2E_FLAGS = [
     "--page-size",
@@ -91,13 +90,12 @@ def test_table_shows_the_worked_example_figures(capsys):
         prefill_upstream = 0 if verify and upstream_has("pool") else nbytes
         assert (
             cells
-            == [human_bytes(v) for v in (prefill_upstream, lean)]
-            + [human_bytes(nbytes)] * 4
+            == [binary(v) for v in (prefill_upstream, lean)] + [binary(nbytes)] * 4
         ), component
     assert table_row(out, "mamba slots") == ["768"] * 6
     assert table_row(out, "request slots") == ["256"] * 6
     snapshots = expected["verify ssm snapshots"] + expected["verify conv windows"]
-    given_back = "0 B" if upstream_has("pool") else "-" + human_bytes(snapshots)
+    given_back = "0 B" if upstream_has("pool") else "-" + binary(snapshots)
     assert table_row(out, "change with plugin") == [given_back, "0 B", "0 B"]
 
 
@@ -135,7 +133,7 @@ def test_upstream_that_does_not_fit_shows_sglangs_reason(capsys):
     kv = table_row(out, "KV cache")
     d = gdn_dims(load_config("qwen3.5-397b-a17b"), tp=8)
     lean_kv = int((30 - 769 * d["layers"] * (d["ssm"] + d["conv"]) / GIB) * GIB)
-    assert kv[1] == human_bytes(lean_kv)
+    assert kv[1] == binary(lean_kv)
     assert kv[2:] == ["does not fit"] * 4
     assert (kv[0] == "does not fit") != upstream_has("budget")
     notes = [line for line in out.splitlines() if line.startswith("does not fit (")]

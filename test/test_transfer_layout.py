@@ -28,7 +28,7 @@ import warnings
 from unittest import mock
 
 import pytest
-from conftest import upstream_has
+from helpers import upstream_has
 
 from sglang_pd_lean import census, compat
 from sglang_pd_lean.role import upstream_behaviour

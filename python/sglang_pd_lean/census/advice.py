@@ -86,7 +86,7 @@ class _Road:
             again = dataclasses.replace(
                 self.launch, argv=[*self.argv, *flags], model=None, config=None
             )
-            result = run_launch(again)
+            result = run_launch(again, only=("prefill",))
             sized = result["capacity"]["prefill"]["plugin"]
             cap = {key: sized[key] for key in CAPACITY_KEYS if key in sized}
             cap["available_gib"] = result["memory"]["prefill"]["available_gib"]
