@@ -79,6 +79,11 @@ PROBE_LINE = (
     r"is_draft_worker=False"
 )
 
+WEIGHTS_LINE = (
+    r"\[e2e-probe\] load_model parameter_bytes=(?P<bytes>\d+) "
+    r"is_draft_worker=(?P<draft>True|False)"
+)
+
 
 def _cuda_available() -> bool:
     import torch
@@ -110,6 +115,9 @@ class Run:
     log: str
     server_info: dict | None
     log_path: str
+    # The server's own launch_server flags (everything after ``-m
+    # sglang.launch_server`` in the command the harness ran, ports included).
+    argv: list[str] = dataclasses.field(default_factory=list)
 
     def lines(self, pattern: str) -> list[re.Match]:
         regex = re.compile(pattern)
@@ -124,6 +132,13 @@ class Run:
     def budget_gib(self) -> float:
         """``total_rest_memory`` the target's sizing received (logged by the probe)."""
         return float(self.one(PROBE_LINE)["gib"])
+
+    def parameter_bytes(self, *, draft: bool = False) -> int:
+        """Bytes of the target's (or draft's) parameters once loaded (the probe's
+        line after ``ModelRunner.load_model``)."""
+        found = [m for m in self.lines(WEIGHTS_LINE) if (m["draft"] == "True") == draft]
+        assert found, self.explain(f"no weights probe line (draft={draft})")
+        return int(found[0]["bytes"])
 
     def internal_states(self) -> list[dict]:
         assert self.server_info is not None, self.explain("no /server_info")
@@ -169,6 +184,7 @@ class Runs:
             log=server.log,
             server_info=info,
             log_path=server.log_path,
+            argv=server.command[server.command.index("sglang.launch_server") + 1 :],
         )
 
     def report(
@@ -266,6 +282,17 @@ SNAPSHOT_FRAME = (
     r"line (?P<line>\d+), in __init__"
 )
 SNAPSHOT_CALL = "intermediate_ssm_state_cache = torch.zeros("
+
+
+STANDIN_LINE = (
+    r"\[e2e-standin\] MambaPool: torch\.zeros\(device='cuda'\) allocated on cpu"
+)
+
+
+def cuda_allocations_redirected(run: Run) -> int:
+    """How many of MambaPool's ``device="cuda"`` allocations the CPU stand-in moved
+    to the CPU (test/e2e/site/e2e_standins.py, item 5)."""
+    return len(run.lines(STANDIN_LINE))
 
 
 def cuda_snapshot_failure(run: Run) -> str | None:

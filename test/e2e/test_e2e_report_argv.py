@@ -2,7 +2,8 @@
 
 For every server the e2e suite starts (prefill, decode, unified; with the plugin and
 without it), ``sglang-pd-lean report --gpu local --available-gib B --json -- ARGV``
-runs with the server's argv (``harness.Server``'s command after ``launch_server``)
+runs with the server's argv (``Run.argv``: ``harness.Server``'s own command after
+``launch_server``, ports included)
 and the budget B the server measured (the e2e probe's line), nothing else: SGLang
 resolves the flags on this machine as the server did. Its column for the server's
 role (``plugin`` where our plugin is loaded, else ``upstream``) must equal the
@@ -17,13 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from e2e_runs import (
-    BASE_ARGS,
-    RUNS,
-    cuda_snapshot_failure,
-    logged_sizes,
-    reported_sizes,
-)
+from e2e_runs import RUNS, logged_sizes, reported_sizes
 
 pytestmark = pytest.mark.e2e
 
@@ -32,28 +27,9 @@ PLUGIN_OFF = ("allow-list without us", "kill switch")
 
 
 def started(runs, name: str, device: str):
-    """The finished run; skipped where SGLang cannot start it on a CPU."""
     run = runs.get(name, device)
-    if not run.ready:
-        blocked = cuda_snapshot_failure(run)
-        if device == "cpu" and blocked is not None:
-            pytest.skip(f"SGLang cannot start this server on a CPU: {blocked}")
-        pytest.fail(run.explain(f"the {name} server did not start"))
+    assert run.ready, run.explain(f"the {name} server did not start")
     return run
-
-
-def server_argv(runs, name: str, device: str) -> list[str]:
-    """The flags ``harness.Server`` passes to ``launch_server`` for run ``name``
-    (the ports aside, which change no byte)."""
-    extra, _ = RUNS[name]
-    return [
-        "--model-path", runs.model_dir,
-        "--host", "127.0.0.1",
-        "--device", device,
-        *BASE_ARGS,
-        "--speculative-draft-model-path", runs.model_dir,
-        *extra,
-    ]  # fmt: skip
 
 
 def report(argv: list[str], available_gib: float) -> dict:
@@ -70,8 +46,7 @@ def report(argv: list[str], available_gib: float) -> dict:
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_report_of_the_servers_own_argv_equals_its_log(runs, device, name):
     run = started(runs, name, device)
-    argv = server_argv(runs, name, device)
-    result = report(argv, run.budget_gib())
+    result = report(run.argv, run.budget_gib())
     role = result["launch"]["role"]
     assert name.startswith(role)
     column = "upstream" if name.endswith(PLUGIN_OFF) else "plugin"

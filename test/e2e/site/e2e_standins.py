@@ -26,6 +26,20 @@ that need one. None of them does work the start-up depends on:
    with no GPU, and ``current_device()`` then fails. Stand-in: during that method,
    ``torch.get_device_module()`` answers ``torch.cpu``, as a CPU-only torch build
    does; the norm's tiny weight is created on the CPU like every other weight.
+5. ``torch.zeros(..., device="cuda")`` in ``MambaPool.__init__`` (and in
+   ``MambaPool._allocate_deduplicated_conv_window``, which it calls)
+   (``sglang/srt/mem_cache/memory_pool.py``, 0.5.16/0.5.17 around line 706): the
+   verify ssm snapshots and conv windows are allocated on ``"cuda"`` written in the
+   source instead of the pool's ``device``. Stand-in: during that method, a
+   ``torch.zeros`` asked for ``device="cuda"`` allocates the same shape and dtype on
+   the CPU, where the pool's other tensors are; every other allocation (and any
+   made under ``FakeTensorMode``, which allocates nothing) is untouched. The bytes are the same, so the server logs upstream's sizes; nothing
+   at start-up reads the buffers (they serve ``TARGET_VERIFY``, which these servers
+   never run). Each redirected allocation prints one ``[e2e-standin]`` line with its
+   shape, so a test still sees that *upstream's code* allocated verify state on CUDA
+   (``test_e2e_upstream.py``: a CPU prefill server without the plugin, which on
+   0.5.17 dies there without this stand-in, logs the line and upstream's sizes; the
+   same server with the plugin never reaches the allocation and logs no line).
 """
 
 from __future__ import annotations
@@ -93,10 +107,44 @@ def _cpu_device_module(original):
     )
 
 
+STANDIN_PREFIX = "[e2e-standin]"
+
+
+def _faking() -> bool:
+    import torch
+
+    key = torch._C._TorchDispatchModeKey.FAKE
+    return torch._C._get_dispatch_mode(key) is not None
+
+
+def _cuda_zeros_on_cpu(original):
+    import torch
+
+    def stand_in(zeros):
+        def cpu_zeros(*args, device=None, **kwargs):
+            # Under FakeTensorMode (the plugin measuring a pool it does not
+            # build) nothing is allocated: upstream's call, unchanged.
+            if device == "cuda" and not _faking():
+                print(
+                    f"{STANDIN_PREFIX} MambaPool: torch.zeros(device='cuda') "
+                    f"allocated on cpu: size={kwargs.get('size', args)} "
+                    f"dtype={kwargs.get('dtype')}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                device = "cpu"
+            return zeros(*args, device=device, **kwargs)
+
+        return cpu_zeros
+
+    return _while_replaced(original, torch, "zeros", stand_in)
+
+
 # module -> [(class, method, wrapper)], applied right after the module is imported.
 PATCHES = {
     MEMORY_POOL: [
         ("MHATokenToKVPool", "_init_kv_copy_and_warmup", _no_kv_copy_warmup_launch),
+        ("MambaPool", "__init__", _cuda_zeros_on_cpu),
     ],
     "sglang.srt.models.qwen3_next": [
         ("Qwen3NextForCausalLM", "set_embed_and_head", _no_cuda_synchronize),
