@@ -1,4 +1,5 @@
-"""Test-only probe: the memory budget each worker's KV sizing received.
+"""Test-only probes: the memory budget each worker's KV sizing received, and the
+bytes of the weights each worker loaded.
 
 SGLang sizes mamba slots and the KV cache from ``total_rest_memory`` (GiB), the
 argument of ``KVCacheConfigurator._handle_max_mamba_cache`` in
@@ -7,6 +8,12 @@ device memory at start-up and does not log. On a CPU that is the host's free mem
 so it differs from one server to the next. The probe logs it (``repr``, exact) so a
 test can give ``sglang-pd-lean report --available-gib`` the very budget a server
 sized with, with the plugin on or off, on any role. It changes nothing.
+
+After ``ModelRunner.load_model`` (``sglang/srt/model_executor/model_runner.py``) the
+second probe logs the bytes of the worker's model parameters as loaded (``numel x
+element_size`` over ``model.parameters()``, each storage once), for the target and
+for the draft worker, so a test can compare ``report``'s weights per rank with what
+the server holds. It changes nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +38,31 @@ def _log_budget(original):
     return handle_max_mamba_cache
 
 
+def _log_weights(original):
+    @functools.wraps(original)
+    def load_model(runner, *args, **kwargs):
+        result = original(runner, *args, **kwargs)
+        seen, total = set(), 0
+        for param in runner.model.parameters():
+            key = (param.device, param.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += param.numel() * param.element_size()
+        print(
+            f"{PREFIX} load_model parameter_bytes={total} "
+            f"is_draft_worker={bool(getattr(runner, 'is_draft_worker', False))}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return result
+
+    return load_model
+
+
 PATCHES = {
+    "sglang.srt.model_executor.model_runner": [
+        ("ModelRunner", "load_model", _log_weights),
+    ],
     "sglang.srt.mem_cache.kv_cache_configurator": [
         ("KVCacheConfigurator", "_handle_max_mamba_cache", _log_budget),
     ],
