@@ -155,13 +155,15 @@ class Runs:
         self._runs: dict[tuple[str, str], Run] = {}
         self._reports: dict[float, dict] = {}
 
-    def get(self, name: str, device: str) -> Run:
-        key = (name, device)
+    def get(self, name: str, device: str, added: tuple[str, ...] = ()) -> Run:
+        """The run ``name`` of ``RUNS``, started once per session; ``added``: more
+        launch flags appended to its own (a separate run)."""
+        key = (name, device, added)
         if key not in self._runs:
-            self._runs[key] = self._run(name, device)
+            self._runs[key] = self._run(name, device, added)
         return self._runs[key]
 
-    def _run(self, name: str, device: str) -> Run:
+    def _run(self, name: str, device: str, added: tuple[str, ...] = ()) -> Run:
         extra, env = RUNS[name]
         args = [
             *BASE_ARGS,
@@ -169,6 +171,7 @@ class Runs:
             # counts a draft's layers only when given a draft model path).
             "--speculative-draft-model-path", self.model_dir,
             *extra,
+            *added,
         ]  # fmt: skip
         server = Server(
             self.model_dir, args, device=device, workdir=self.workdir, env=env
@@ -215,6 +218,19 @@ class Runs:
             run.budget_gib(),
             disable_radix_cache=bool(run.server_info["disable_radix_cache"]),
         )
+
+
+def launch_report(argv: list[str], available_gib: float) -> dict:
+    """``sglang-pd-lean report --gpu local --available-gib B --json -- ARGV``: the
+    real CLI in its own process, SGLang resolving ``argv`` on this machine."""
+    cli = os.path.join(os.path.dirname(sys.executable), "sglang-pd-lean")
+    command = [
+        cli, "report", "--gpu", "local", "--available-gib", repr(available_gib),
+        "--json", "--", *argv,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stderr}"
+    return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="session")

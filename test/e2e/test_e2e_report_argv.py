@@ -12,13 +12,8 @@ server's ``Mamba Cache is allocated`` and ``KV Cache is allocated`` figures.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-from e2e_runs import RUNS, logged_sizes, reported_sizes
+from e2e_runs import RUNS, launch_report, logged_sizes, reported_sizes
 
 pytestmark = pytest.mark.e2e
 
@@ -32,21 +27,10 @@ def started(runs, name: str, device: str):
     return run
 
 
-def report(argv: list[str], available_gib: float) -> dict:
-    cli = os.path.join(os.path.dirname(sys.executable), "sglang-pd-lean")
-    command = [
-        cli, "report", "--gpu", "local", "--available-gib", repr(available_gib),
-        "--json", "--", *argv,
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stderr}"
-    return json.loads(done.stdout)
-
-
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_report_of_the_servers_own_argv_equals_its_log(runs, device, name):
     run = started(runs, name, device)
-    result = report(run.argv, run.budget_gib())
+    result = launch_report(run.argv, run.budget_gib())
     role = result["launch"]["role"]
     assert name.startswith(role)
     column = "upstream" if name.endswith(PLUGIN_OFF) else "plugin"
