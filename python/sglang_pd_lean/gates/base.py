@@ -165,6 +165,15 @@ class Tripwire(Exception):
     passed every early return, i.e. once it is about to do the work a gate removes."""
 
 
+def until_tripped(fn: Callable, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """Call upstream's ``fn`` on a view holding a ``Tripwire``: (True, None) where
+    upstream reached the work, else (False, upstream's own result)."""
+    try:
+        return False, fn(*args, **kwargs)
+    except Tripwire:
+        return True, None
+
+
 @contextlib.contextmanager
 def temporarily(owner: Any, **values: Any) -> Iterator[None]:
     """Set attributes of ``owner`` for the duration of the block, then restore them."""

@@ -27,6 +27,7 @@ from sglang_pd_lean.gates.base import (
     ReadThrough,
     SteppedAside,
     Tripwire,
+    until_tripped,
 )
 
 
@@ -42,16 +43,13 @@ class DraftGraphGate(Gate):
 
     def act(self, call: Call) -> Acted | SteppedAside:
         draft_worker, *rest = call.args
-        try:
-            probe = ReadThrough(draft_worker, gpu_id=Tripwire())
-            result = call.original(probe, *rest, **call.kwargs)
-        except Tripwire:
-            draft_worker.cuda_graph_runner = None
-            draft_worker.cuda_graph_runner_for_draft_extend = None
-            return Acted(
-                None, "skipped the draft decode and draft-extend graph captures"
-            )
-        return SteppedAside(result, "upstream captures no draft graphs here")
+        probe = ReadThrough(draft_worker, gpu_id=Tripwire())
+        tripped, result = until_tripped(call.original, probe, *rest, **call.kwargs)
+        if not tripped:
+            return SteppedAside(result, "upstream captures no draft graphs here")
+        draft_worker.cuda_graph_runner = None
+        draft_worker.cuda_graph_runner_for_draft_extend = None
+        return Acted(None, "skipped the draft decode and draft-extend graph captures")
 
 
 GATE = DraftGraphGate()

@@ -27,6 +27,7 @@ from sglang_pd_lean.gates.base import (
     ReadThrough,
     SteppedAside,
     Tripwire,
+    until_tripped,
 )
 
 
@@ -43,16 +44,14 @@ class GraphGate(Gate):
         return kwargs.get("model_runner", args[0] if args else None)
 
     def act(self, call: Call) -> Acted | SteppedAside:
-        try:
-            probe = ReadThrough(call.owner, gpu_id=Tripwire())
-            result = call.original(model_runner=probe)
-        except Tripwire:
-            view = ReadThrough(call.owner, is_generation=False)
-            return Acted(
-                call.original(model_runner=view),
-                "skipped the target-verify graph capture",
-            )
-        return SteppedAside(result, "upstream captures no decode graph here")
+        probe = ReadThrough(call.owner, gpu_id=Tripwire())
+        tripped, result = until_tripped(call.original, model_runner=probe)
+        if not tripped:
+            return SteppedAside(result, "upstream captures no decode graph here")
+        view = ReadThrough(call.owner, is_generation=False)
+        return Acted(
+            call.original(model_runner=view), "skipped the target-verify graph capture"
+        )
 
 
 GATE = GraphGate()
