@@ -161,22 +161,6 @@ def test_available_gib_is_used_exactly_for_every_role(qwen3_next, capsys):
         }
 
 
-def test_weights_come_from_the_safetensors_index(tmp_path, qwen3_next, capsys):
-    folder = tmp_path / "ckpt"
-    folder.mkdir()
-    with open(os.path.join(qwen3_next, "config.json")) as f:
-        (folder / "config.json").write_text(f.read())
-    total = 160 * GIB
-    (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": {}})
-    )
-    argv = ["--model-path", str(folder), "--tp", "4", *NEXTN]
-    result = report_json(capsys, "--gpu", "h200", "--", *argv)
-    memory = result["memory"]["prefill"]
-    assert memory["weights_bytes"] == total // 4
-    assert "model.safetensors.index.json" in memory["weights_source"]
-
-
 def test_the_model_shorthand_is_the_bundled_folder(capsys):
     result = report_json(
         capsys,

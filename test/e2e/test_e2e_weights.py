@@ -1,18 +1,12 @@
-"""``report``'s weights per rank equal the bytes the server's target model holds.
+"""``report``'s weights per rank equal the bytes the server's models hold.
 
 The e2e probe (test/e2e/site/e2e_probe.py) logs, after ``ModelRunner.load_model``,
-the bytes of the target's parameters (each storage once) in the scheduler process.
-``sglang-pd-lean report --gpu h200 --json -- ARGV`` with that server's own argv (no
-``--available-gib``, so the report works its weights out: safetensors index, else a
-model class on the meta device) must give the same ``weights_bytes`` for the
-server's role. The draft worker's own figure is logged too; the report estimates it
-(MTP layers) and it is shown in the failure message, not compared.
-
-Known gap: the tiny model has no safetensors index, so the report falls back to
-transformers' class on the meta device, whose parameters are not SGLang's (0.5.17:
-24 bytes fewer on the tiny model, SGLang keeping some GDN parameters in float32).
-Until the report builds SGLang's own model class, that case is an expected failure
-that names both figures (within 0.1%); any other difference or source must match exactly.
+the bytes of the model's parameters (each storage once) in the scheduler process,
+for the target worker and for the draft worker. ``sglang-pd-lean report --gpu h200
+--json -- ARGV`` with that server's own argv (no ``--available-gib``, no
+``--weights-gib``: the report builds SGLang's own model classes for rank 0 of the
+launch, ``census.weights``) must give the same ``weights_bytes`` and
+``draft_weights_bytes`` for the server's role, to the byte.
 """
 
 from __future__ import annotations
@@ -48,12 +42,9 @@ def test_report_weights_equal_the_servers_parameter_bytes(runs, device, name):
         "draft": run.parameter_bytes(draft=True),
     }
     message = (
-        f"report {memory['weights_bytes']} B ({memory['weights_source']}), "
-        f"server {server} B"
+        f"report {memory['weights_bytes']} + {memory['draft_weights_bytes']} B "
+        f"({memory['weights_source']}), server {server} B"
     )
-    off = abs(memory["weights_bytes"] - server["target"])
-    if 0 < off <= server["target"] // 1000 and memory["weights_source"].startswith(
-        "transformers'"
-    ):
-        pytest.xfail(f"transformers' class is not SGLang's: {message}")
+    assert memory["weights_source"].startswith("SGLang's model class"), message
     assert memory["weights_bytes"] == server["target"], message
+    assert memory["draft_weights_bytes"] == server["draft"], message

@@ -22,6 +22,7 @@ import dataclasses
 
 from sglang_pd_lean.census.inputs import MAX_SLOTS
 from sglang_pd_lean.census.launch import resolve, resolved_fields, role_argv
+from sglang_pd_lean.census.memory import Weights
 from sglang_pd_lean.census.pools import configurator, published
 
 CAPACITY_KEYS = (
@@ -69,6 +70,15 @@ def nothing_to_spend(result: dict) -> dict[str, str]:
             f"the verify state (upstream and plugin columns agree): nothing freed"
         )
     return {**reasons, **VERIFYING}
+
+
+def _weights_of(memory: dict) -> Weights | None:
+    """The first run's weights, for its reruns (same model, same ranks)."""
+    if "weights_bytes" not in memory:
+        return None
+    return Weights(
+        memory["weights_bytes"], memory["draft_weights_bytes"], memory["weights_source"]
+    )
 
 
 @dataclasses.dataclass
@@ -156,7 +166,10 @@ def advise(launch, result: dict) -> dict:
     reasons = nothing_to_spend(result)
     if "prefill" in reasons:
         return {"advice": [], "nothing_to_spend": reasons}
-    road = _Road(launch, role_argv(result["launch"]["argv"], "prefill"))
+    road = _Road(
+        dataclasses.replace(launch, weights=_weights_of(result["memory"]["prefill"])),
+        role_argv(result["launch"]["argv"], "prefill"),
+    )
     upstream = result["capacity"]["prefill"]["upstream"]
     choices: list[tuple[str, tuple | None]] = []
     if upstream["fits"]:

@@ -18,6 +18,7 @@ import json
 import os
 
 from sglang_pd_lean.census.inputs import CensusError
+from sglang_pd_lean.census.weights import SOURCE
 from sglang_pd_lean.units import GIB
 
 # Per rank, before the weights load: CUDA context, cuBLAS workspace and the NCCL
@@ -33,54 +34,25 @@ class Weights:
     source: str
 
 
-_meta_cache: dict[str, tuple[int, int]] = {}
-
-
-def _meta_bytes(folder: str) -> tuple[int, int]:
-    """(all parameter bytes, the largest decoder layer's bytes) of transformers'
-    class for the config, built on the meta device (no memory, no download)."""
-    if folder not in _meta_cache:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-        from transformers.utils import logging as hf_logging
-
-        config = AutoConfig.from_pretrained(folder)
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # no notes about kernels a CPU lacks
-        try:
-            with torch.device("meta"):
-                model = AutoModelForCausalLM.from_config(config)
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        total = sum(p.numel() * p.element_size() for p in model.parameters())
-        layers = getattr(getattr(model, "model", model), "layers", [])
-        largest = max(
-            (
-                sum(p.numel() * p.element_size() for p in layer.parameters())
-                for layer in layers
-            ),
-            default=0,
-        )
-        _meta_cache[folder] = (total, largest)
-    return _meta_cache[folder]
-
-
 def weights_per_rank(
     folder: str,
     *,
     tp: int,
-    draft_layers: int,
+    built: dict | None = None,
     weights_gib: float | None = None,
 ) -> Weights | None:
     """Target and draft weights per rank, with where the figure comes from: the
-    operator's ``--weights-gib``, else the checkpoint's safetensors index, else
-    transformers' model class on the meta device; None when none of them answers.
-    Tensors are divided over the TP ranks as SGLang shards them (small replicated
-    tensors such as norms are counted once). ``draft_layers``: MTP layers a
-    NEXTN/EAGLE draft loads from the same checkpoint (estimated as the largest
-    decoder layer each)."""
+    operator's ``--weights-gib``; else SGLang's own model classes built for rank 0
+    of the launch (``built``: ``census.weights.Build.result()``); else the
+    checkpoint's safetensors index over TP (the target only); None when none of
+    them answers."""
     if weights_gib is not None:
         return Weights(int(weights_gib * GIB), 0, "--weights-gib (target and draft)")
+    if built is not None and "error" not in built:
+        source = SOURCE.format(tp=built["tp"]) + f": {built['target_class']}"
+        if built.get("draft_class"):
+            source += f" + draft {built['draft_class']}"
+        return Weights(built["target_bytes"], built["draft_bytes"], source)
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
         try:
@@ -88,16 +60,11 @@ def weights_per_rank(
                 total = int(json.load(f)["metadata"]["total_size"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CensusError(f"cannot read {index}: {exc}") from None
-        return Weights(total // tp, 0, f"{INDEX} total_size / TP {tp}")
-    try:
-        total, layer = _meta_bytes(folder)
-    except Exception:
-        return None
-    draft = layer * draft_layers // tp
-    source = f"transformers' model class on the meta device / TP {tp}"
-    if draft:
-        source += f"; draft: {draft_layers} decoder layer(s), estimated"
-    return Weights(total // tp, draft, source)
+        source = f"{INDEX} total_size / TP {tp}"
+        if built is not None:
+            source += f" (SGLang's model class did not build: {built['error']})"
+        return Weights(total // tp, 0, source)
+    return None
 
 
 def available_gib(

@@ -33,6 +33,8 @@ from sglang_pd_lean.census.launch import (
 )
 from sglang_pd_lean.census.memory import (
     CUDA_CONTEXT_GIB,
+    INDEX,
+    Weights,
     available_gib,
     weights_per_rank,
 )
@@ -47,6 +49,7 @@ from sglang_pd_lean.census.model import (
 from sglang_pd_lean.census.pools import parallel, published
 from sglang_pd_lean.census.roles import RolePlan, census_role, require_state
 from sglang_pd_lean.census.warmup import warmup_rows
+from sglang_pd_lean.census.weights import BUILD_ENV, Build, build_weights
 from sglang_pd_lean.role import setting
 
 
@@ -58,6 +61,7 @@ class Launch:
     config: str | None = None  # a config.json or model folder, as --model-path
     available_gib: float | None = None  # exact total_rest_memory, every role
     weights_gib: float | None = None  # target + draft weights per rank
+    weights: Weights | None = None  # already known (a rerun of the same model)
 
 
 def launch_argv(launch: Launch) -> tuple[list[str], str, str]:
@@ -127,17 +131,30 @@ def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
     """The census per role for the launch: resolved values, memory, pools, sizing.
     ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
     one sizing step of a search, saves the others' resolution and pools)."""
-    import sglang
-    from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.mem_cache import kv_cache_configurator
-
     argv, folder, name = launch_argv(launch)
     data = read_config_dict(Inputs(config=folder))
     role = given_role(argv)
     columns = tuple(r for r in ROLES if r in only)
     resolving = tuple(r for r in ROLES if r in columns or r == role)
     servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
-    fields = {r: resolved_fields(servers[r]) for r in resolving}
+    # SGLang's model classes build in a forked child while this process goes on.
+    build = None
+    known = launch.weights is not None or launch.weights_gib is not None
+    if launch.available_gib is None and not known and build_weights():
+        build = Build(servers[role])
+    try:
+        return _census(launch, argv, folder, name, data, role, columns, servers, build)
+    finally:
+        if build is not None:
+            build.cancel()
+
+
+def _census(launch, argv, folder, name, data, role, columns, servers, build) -> dict:
+    import sglang
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.mem_cache import kv_cache_configurator
+
+    fields = {r: resolved_fields(s) for r, s in servers.items()}
     base = fields[role]
     with published(**base) as server_args:
         with sglang_rejects("SGLang cannot load this config"):
@@ -148,25 +165,17 @@ def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
     ratio = getattr(
         kv_cache_configurator, "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO", 3
     )
-    text = mc.hf_text_config
-    mtp_layers = int(
-        getattr(text, "num_nextn_predict_layers", None)
-        or getattr(text, "mtp_num_hidden_layers", None)
-        or 1
-    )
-    weights = None
-    if launch.available_gib is None:
-        speculative = base.get("speculative_algorithm") is not None
+    weights = launch.weights
+    if launch.available_gib is None and weights is None:
+        built = build.result() if build is not None else None
         weights = weights_per_rank(
-            folder,
-            tp=tp,
-            draft_layers=mtp_layers if speculative else 0,
-            weights_gib=launch.weights_gib,
+            folder, tp=tp, built=built, weights_gib=launch.weights_gib
         )
         if weights is None:
+            why = built["error"] if built else f"{BUILD_ENV} is off"
             raise CensusError(
-                f"cannot tell the weights per rank of {name}: no {folder}/"
-                f"model.safetensors.index.json and transformers cannot build it; "
+                f"cannot tell the weights per rank of {name}: SGLang's model class "
+                f"did not build ({why}) and there is no {folder}/{INDEX}; "
                 f"give --weights-gib (per rank) or --available-gib"
             )
     with ssm_dtype(base.get("mamba_ssm_dtype")), parallel(tp=tp):

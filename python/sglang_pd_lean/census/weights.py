@@ -1,0 +1,318 @@
+"""Weights per rank from SGLang's own model classes, built without memory.
+
+    build = Build(server_args)  # forks; the report goes on with pools and sizing
+    build.result()  # {"target_bytes", "draft_bytes", "target_class", ...} or {"error"}
+
+From the launch as SGLang resolved it (``census.launch.resolve``), a child process
+publishes it as SGLang's scheduler does for rank 0, builds SGLang's own process
+groups for rank 0 of the launch's TP x PP world over torch's ``fake`` process
+group (one process plays rank 0; no collective runs), and then SGLang's loader
+builds the target model (``model_loader.loader._initialize_model``: the class
+``get_model_architecture`` picks, with the quantization config the loader would
+use) and, with speculative decoding, the draft model from the ``ModelConfig``
+SGLang's draft worker builds (``is_draft_model=True``: the MTP class for NEXTN),
+all under ``FakeTensorMode``: every parameter has its per-rank shape and dtype and
+no memory. Bytes are ``numel x element_size`` over ``model.parameters()``, what
+the e2e probe sums in a real server after ``ModelRunner.load_model``.
+
+That changes process-wide state (torch.distributed, SGLang's groups and published
+configuration, a stand-in for a kernel module), hence the child: a fork, so it
+inherits what the report already imported and resolved. It sets SGLang's own
+knobs for a host without GPU peers (``SGLANG_NCCL_SO_PATH`` to no library,
+``SGLANG_USE_MESSAGE_QUEUE_BROADCASTER=false``, custom all-reduce off): the
+communicators then disable themselves, as SGLang does on a host without GPUs.
+
+Not covered: ``process_weights_after_loading`` of quantized layers (a checkpoint
+whose quantization re-lays weights after loading is counted as created), and
+parameters SGLang frees or shares later (EAGLE/NEXTN draft workers take the
+target's embedding and LM head after loading; the draft is counted as its
+``ModelRunner`` holds it when it loads). The model code runs on this host, so
+module-level choices SGLang makes from the host's device (CUDA or not) are this
+host's. Releases 0.5.16 to 0.5.23 differ in how groups are built (widths passed
+or published); both shapes are asked by signature.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import select
+import signal
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from sglang_pd_lean.census.inputs import one_line
+
+# The child process's limit: a model that takes longer to build is not built.
+TIMEOUT_S = 600
+# SGLang knobs for a process with no GPU peers: the communicators disable themselves.
+CHILD_ENV = {
+    "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2",
+    "SGLANG_USE_MESSAGE_QUEUE_BROADCASTER": "false",
+}
+SOURCE = "SGLang's model class built under FakeTensorMode at TP {tp}, rank 0"
+# Off: no model is built (the checkpoint's safetensors index or --weights-gib answer).
+BUILD_ENV = "SGLANG_PD_LEAN_BUILD_WEIGHTS"
+
+
+def build_weights() -> bool:
+    """Whether the report builds SGLang's model classes (``SGLANG_PD_LEAN_BUILD_WEIGHTS``,
+    default on; off with false/0/no/off, as SGLang reads its boolean variables)."""
+    value = os.environ.get(BUILD_ENV, "true").strip().lower()
+    return value not in ("false", "0", "no", "off")
+
+
+class Build:
+    """A forked child that builds the launch's models; ``result()`` waits for it.
+
+    Forked once the report has resolved the launch (SGLang already imported, the
+    resolved ``ServerArgs`` inherited), so the child pays only for the build, while
+    the parent goes on with the pools and the sizing. The child's stdout and stderr
+    are /dev/null; its answer, or its one-line error, comes back through a pipe."""
+
+    def __init__(self, server_args: Any):
+        self._read, write = os.pipe()
+        self._pid = os.fork()
+        if self._pid == 0:  # the child: never returns
+            os.close(self._read)
+            _child(server_args, write)
+        os.close(write)
+
+    def result(self) -> dict:
+        """``{"target_bytes", "draft_bytes", "target_class", "draft_class", "tp"}``,
+        or ``{"error": one line}`` when SGLang cannot build the model here."""
+        if self._pid is None:
+            return {"error": "cancelled"}
+        ready, _, _ = select.select([self._read], [], [], TIMEOUT_S)
+        data = b""
+        if ready:
+            with os.fdopen(self._read, "rb") as pipe:
+                data = pipe.read()
+        else:
+            os.close(self._read)
+            os.kill(self._pid, signal.SIGKILL)
+        os.waitpid(self._pid, 0)
+        self._pid = None
+        if not ready:
+            return {"error": f"building the model took over {TIMEOUT_S} s"}
+        try:
+            return json.loads(data)
+        except ValueError:
+            return {"error": "the build process ended without an answer"}
+
+    def cancel(self) -> None:
+        """Stop the child if its answer was never read (an error in the parent)."""
+        if self._pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self._pid, signal.SIGKILL)
+                os.close(self._read)
+            os.waitpid(self._pid, 0)
+            self._pid = None
+
+
+def _child(server_args: Any, write: int) -> None:
+    """Build, write the JSON answer, and leave without running the parent's exit
+    handlers or flushing its buffers (``os._exit``)."""
+    code = 1
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.environ.update(CHILD_ENV)
+        try:
+            answer = build(server_args)
+        except BaseException as exc:  # noqa: BLE001 - every failure is an answer
+            answer = {"error": f"{type(exc).__name__}: {one_line(exc)}"}
+        os.write(write, json.dumps(answer).encode())
+        code = 0
+    finally:
+        os._exit(code)
+
+
+# ------------------------------------------------------------------ child side
+
+
+def _kernels_a_cpu_lacks() -> None:
+    """SGLang's rotary and RMSNorm layers import ``vllm._custom_ops`` as a fallback
+    kernel on a host that is neither CUDA nor SGLang's CPU engine; the kernel is
+    never called here. Without vllm installed, an empty module stands in."""
+    try:
+        import vllm._custom_ops  # noqa: F401
+    except ImportError:
+        vllm = types.ModuleType("vllm")
+        vllm.__path__ = []
+        ops = types.ModuleType("vllm._custom_ops")
+        ops.__getattr__ = lambda name: None
+        sys.modules.setdefault("vllm", vllm)
+        sys.modules["vllm._custom_ops"] = ops
+
+
+def _accepts(function, *names: str) -> bool:
+    return all(n in inspect.signature(function).parameters for n in names)
+
+
+def _publish(server_args) -> None:
+    """Publish the launch as SGLang's scheduler does for rank 0."""
+    from sglang.srt import runtime_context
+
+    if hasattr(runtime_context, "SpawnRanks"):
+        runtime_context.publish(
+            server_args,
+            role="scheduler",
+            ranks=runtime_context.SpawnRanks(world_rank=0),
+        )
+    else:
+        runtime_context.publish(server_args, role="scheduler")
+    with contextlib.suppress(ImportError):
+        from sglang.srt.layers.moe import initialize_moe_config
+
+        if not inspect.signature(initialize_moe_config).parameters:
+            initialize_moe_config()
+        else:
+            initialize_moe_config(server_args)
+
+
+def _groups(server_args, model_config) -> None:
+    """SGLang's process groups for rank 0 of the launch, over torch's fake group."""
+    import torch.distributed as dist
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention
+    from sglang.srt.runtime_context import get_parallel
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    tp, pp = server_args.tp_size, server_args.pp_size
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp * pp)
+    new_group = dist.new_group
+    # Every group SGLang asks for (its CPU groups ask for gloo) is a fake group.
+    dist.new_group = lambda *a, **k: new_group(*a, **dict(k, backend="fake"))
+    try:
+        ps.set_custom_all_reduce(False)
+        ps.init_distributed_environment(
+            world_size=tp * pp, rank=0, local_rank=0, backend="fake"
+        )
+        if _accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
+            # Up to 0.5.2x the widths are arguments: the published ones.
+            parallel = get_parallel()
+            widths = {
+                "tensor_model_parallel_size": tp,
+                "pipeline_model_parallel_size": pp,
+                "expert_model_parallel_size": "moe_ep_size",
+                "attention_data_parallel_size": "attn_dp_size",
+                "attention_context_model_parallel_size": "attn_cp_size",
+                "moe_data_model_parallel_size": "moe_dp_size",
+                "decode_context_parallel_size": "dcp_size",
+            }
+            kwargs = {}
+            for arg, width in widths.items():
+                if not _accepts(ps.initialize_model_parallel, arg):
+                    continue
+                if isinstance(width, str):
+                    try:
+                        width = getattr(parallel, width)
+                    except Exception:
+                        continue
+                kwargs[arg] = width
+            ps.initialize_model_parallel(backend="fake", **kwargs)
+        else:
+            ps.initialize_model_parallel(backend="fake")
+    finally:
+        dist.new_group = new_group
+    if _accepts(dp_attention.initialize_dp_attention, "model_config"):
+        dp_attention.initialize_dp_attention(server_args, model_config)
+    else:
+        dp_attention.initialize_dp_attention(server_args)
+
+
+@contextlib.contextmanager
+def _device_module_is_cpu() -> Iterator[None]:
+    """On a host without CUDA: ``torch.get_device_module()`` with no device (SGLang
+    asks it for the current device's module while building some layers) answers
+    torch.cpu, and the side streams some models take at construction (Kimi-Linear's
+    ``alt`` stream) are CPU streams. A stream holds no parameter."""
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    module, stream = torch.get_device_module, torch.cuda.Stream
+    torch.get_device_module = lambda device=None: (
+        torch.cpu
+        if device is None or torch.device(device).type == "cuda"
+        else module(device)
+    )
+    torch.cuda.Stream = torch.cpu.Stream
+    try:
+        yield
+    finally:
+        torch.get_device_module, torch.cuda.Stream = module, stream
+
+
+def _bytes_of(model_config, server_args) -> tuple[int, str]:
+    import torch
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader import loader
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    load_config = LoadConfig(load_format="dummy")
+    quant_config = loader._get_quantization_config(model_config, load_config)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(model_config.dtype)
+    try:
+        with _device_module_is_cpu(), FakeTensorMode(allow_non_fake_inputs=True):
+            model = loader._initialize_model(model_config, load_config, quant_config)
+    finally:
+        torch.set_default_dtype(default)
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    return total, type(model).__name__
+
+
+def _draft_config(server_args, model_config):
+    """The draft ``ModelConfig`` SGLang's draft worker builds (the published draft
+    path and revision; none given, SGLang's own default, the target's), or None
+    where the algorithm has no draft model."""
+    from sglang.srt import runtime_context
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
+    if algorithm.is_none() or (hasattr(algorithm, "is_ngram") and algorithm.is_ngram()):
+        return None  # no draft model
+    spec = runtime_context.get_spec() if hasattr(runtime_context, "get_spec") else None
+    source = spec if spec is not None else server_args
+    return ModelConfig.from_server_args(
+        server_args,
+        model_path=getattr(source, "speculative_draft_model_path", None),
+        model_revision=getattr(source, "speculative_draft_model_revision", None),
+        is_draft_model=True,
+        context_length=model_config.context_len,
+    )
+
+
+def build(server_args: Any) -> dict:
+    """Target and draft parameter bytes of rank 0 for the resolved launch (in the
+    child: it publishes the launch and builds process groups)."""
+    import logging
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    logging.disable(logging.CRITICAL)  # SGLang's notes about kernels a CPU lacks
+    _kernels_a_cpu_lacks()
+    _publish(server_args)
+    model_config = ModelConfig.from_server_args(server_args)
+    _groups(server_args, model_config)
+    target, target_class = _bytes_of(model_config, server_args)
+    draft, draft_class = 0, None
+    draft_config = _draft_config(server_args, model_config)
+    if draft_config is not None:
+        draft, draft_class = _bytes_of(draft_config, server_args)
+    return {
+        "target_bytes": target,
+        "draft_bytes": draft,
+        "target_class": target_class,
+        "draft_class": draft_class,
+        "tp": server_args.tp_size,
+    }

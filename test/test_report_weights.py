@@ -1,0 +1,119 @@
+"""``report``'s weights per rank: SGLang's own model classes built for rank 0 of the
+launch (``census.weights``), else the checkpoint's safetensors index, else an error
+that names both. Exactness against a real server's parameters is the e2e test
+``test/e2e/test_e2e_weights.py``; here, the choice of source, the TP sharding, the
+draft model, and each model's size against the parameter count in its name."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from sglang_pd_lean import cli
+from sglang_pd_lean.census import model
+from sglang_pd_lean.census.inputs import MODELS_DIR
+from sglang_pd_lean.census.launch import GPUS
+from sglang_pd_lean.census.server import Launch, run_launch
+from sglang_pd_lean.census.weights import BUILD_ENV
+from sglang_pd_lean.units import GIB
+
+NEXTN = [
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
+INDEX_TOTAL = 160 * GIB  # a made-up checkpoint size, unlike the model's own
+
+
+def report_memory(capsys, *args: str) -> dict:
+    code = cli.main(["report", "--json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    return result["memory"][result["launch"]["role"]]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    """The bundled Qwen3-Next's config with a safetensors index beside it."""
+    folder = tmp_path_factory.mktemp("ckpt")
+    with open(os.path.join(MODELS_DIR, "qwen3-next-80b-a3b.json")) as f:
+        (folder / "config.json").write_text(f.read())
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": INDEX_TOTAL}, "weight_map": {}})
+    )
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def built(checkpoint) -> dict:
+    """Memory of the launch's role, one census per TP (1 without, 2 with NEXTN)."""
+    argv = {1: [], 2: ["--tp", "2", *NEXTN]}
+    return {
+        tp: run_launch(
+            Launch(argv=["--model-path", checkpoint, *more], gpu=GPUS["b200"])
+        )["memory"]["null"]
+        for tp, more in argv.items()
+    }
+
+
+def test_sglangs_class_answers_before_the_index(built):
+    for tp, memory in built.items():
+        assert memory["weights_source"].startswith("SGLang's model class"), memory
+        assert f"at TP {tp}, rank 0: Qwen3NextForCausalLM" in memory["weights_source"]
+        assert memory["weights_bytes"] != INDEX_TOTAL // tp
+
+
+def test_the_built_weights_are_the_80b_models_and_shard_over_tp(built):
+    one, two = built[1]["weights_bytes"], built[2]["weights_bytes"]
+    # 80 B parameters in bfloat16, from the model's name: within 3% at TP 1.
+    assert abs(one - 80e9 * 2) < 0.03 * 80e9 * 2
+    # TP 2 holds half of every sharded tensor and all of the replicated ones.
+    assert one / 2 <= two < 0.51 * one
+
+
+def test_the_draft_model_is_built_only_with_speculative_decoding(built):
+    assert built[1]["draft_weights_bytes"] == 0
+    assert "draft" not in built[1]["weights_source"]
+    assert "draft Qwen3NextForCausalLMMTP" in built[2]["weights_source"]
+    # One MTP decoder layer (of 48) plus its own embedding and LM head shards.
+    layer = built[2]["weights_bytes"] / 48
+    assert layer < built[2]["draft_weights_bytes"] < 3 * layer
+
+
+def test_the_index_answers_when_the_build_is_off(checkpoint, capsys, monkeypatch):
+    monkeypatch.setenv(BUILD_ENV, "false")
+    memory = report_memory(
+        capsys, "--gpu", "h200", "--", "--model-path", checkpoint, "--tp", "4"
+    )
+    assert memory["weights_bytes"] == INDEX_TOTAL // 4
+    assert memory["weights_source"] == "model.safetensors.index.json total_size / TP 4"
+
+
+def test_no_build_and_no_index_is_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.setenv(BUILD_ENV, "0")
+    with open(os.path.join(MODELS_DIR, "qwen3-next-80b-a3b.json")) as f:
+        folder = model.model_folder(json.load(f))
+    code = cli.main(["report", "--gpu", "h200", "--", "--model-path", folder])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"{BUILD_ENV} is off" in lines[0] and "--weights-gib" in lines[0]
+
+
+def test_a_hybrid_transformers_cannot_build_gets_sglangs_class(capsys):
+    """Kimi-Linear (48 B parameters in its name, bfloat16) at TP 2: SGLang's class
+    builds (its side stream too) where transformers has no class for it."""
+    memory = report_memory(
+        capsys, "--model", "kimi-linear-48b-a3b", "--gpu", "h200", "--", "--tp", "2"
+    )
+    assert "KimiLinearForCausalLM" in memory["weights_source"]
+    assert abs(memory["weights_bytes"] - 48e9) < 0.05 * 48e9
