@@ -12,7 +12,7 @@ import os
 import pytest
 
 from sglang_pd_lean import cli
-from sglang_pd_lean.census import model
+from sglang_pd_lean.census import model, weights
 from sglang_pd_lean.census.inputs import MODELS_DIR
 from sglang_pd_lean.census.launch import GPUS
 from sglang_pd_lean.census.server import Launch, run_launch
@@ -67,7 +67,10 @@ def built(checkpoint) -> dict:
 def test_sglangs_class_answers_before_the_index(built):
     for tp, memory in built.items():
         assert memory["weights_source"].startswith("SGLang's model class"), memory
-        assert f"at TP {tp}, rank 0: Qwen3NextForCausalLM" in memory["weights_source"]
+        assert (
+            f"for rank 0 of TP {tp}, EP 1: Qwen3NextForCausalLM"
+            in memory["weights_source"]
+        )
         assert memory["weights_bytes"] != INDEX_TOTAL // tp
 
 
@@ -117,3 +120,47 @@ def test_a_hybrid_transformers_cannot_build_gets_sglangs_class(capsys):
     )
     assert "KimiLinearForCausalLM" in memory["weights_source"]
     assert abs(memory["weights_bytes"] - 48e9) < 0.05 * 48e9
+
+
+def test_a_failed_build_falls_back_to_the_index_and_says_why(
+    checkpoint, capsys, monkeypatch
+):
+    """The child's failure comes back through the pipe: the index answers, and the
+    source says why the class did not; without an index it is one line, exit 2."""
+
+    def fails(server_args):
+        raise RuntimeError("no class for this host")
+
+    monkeypatch.setattr(weights, "build", fails)  # the forked child inherits it
+    memory = report_memory(
+        capsys, "--gpu", "h200", "--", "--model-path", checkpoint, "--tp", "4"
+    )
+    assert memory["weights_bytes"] == INDEX_TOTAL // 4
+    assert memory["weights_source"] == (
+        "model.safetensors.index.json total_size / TP 4 (SGLang's model class did "
+        "not build: RuntimeError: no class for this host)"
+    )
+    with open(os.path.join(MODELS_DIR, "qwen3-next-80b-a3b.json")) as f:
+        folder = model.model_folder(json.load(f))
+    code = cli.main(["report", "--gpu", "h200", "--", "--model-path", folder])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "did not build (RuntimeError: no class for this host)" in err
+
+
+def test_expert_parallelism_reaches_sglangs_groups(capsys):
+    """``--ep 4`` at TP 4: SGLang's own MoE group the model is built in has 4 ranks
+    (each holds a quarter of the experts, whole, instead of a quarter of each)."""
+    memory = report_memory(
+        capsys,
+        "--model",
+        "qwen3-next-80b-a3b",
+        "--gpu",
+        "h200",
+        "--",
+        "--tp",
+        "4",
+        "--ep",
+        "4",
+    )
+    assert "for rank 0 of TP 4, EP 4: Qwen3NextForCausalLM" in memory["weights_source"]

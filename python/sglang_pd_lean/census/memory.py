@@ -49,7 +49,7 @@ def weights_per_rank(
     if weights_gib is not None:
         return Weights(int(weights_gib * GIB), 0, "--weights-gib (target and draft)")
     if built is not None and "error" not in built:
-        source = SOURCE.format(tp=built["tp"]) + f": {built['target_class']}"
+        source = SOURCE.format(**built) + f": {built['target_class']}"
         if built.get("draft_class"):
             source += f" + draft {built['draft_class']}"
         return Weights(built["target_bytes"], built["draft_bytes"], source)

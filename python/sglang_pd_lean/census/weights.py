@@ -54,7 +54,9 @@ CHILD_ENV = {
     "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2",
     "SGLANG_USE_MESSAGE_QUEUE_BROADCASTER": "false",
 }
-SOURCE = "SGLang's model class built under FakeTensorMode at TP {tp}, rank 0"
+SOURCE = (
+    "SGLang's model class built under FakeTensorMode for rank 0 of TP {tp}, EP {ep}"
+)
 # Off: no model is built (the checkpoint's safetensors index or --weights-gib answer).
 BUILD_ENV = "SGLANG_PD_LEAN_BUILD_WEIGHTS"
 
@@ -75,18 +77,25 @@ class Build:
     are /dev/null; its answer, or its one-line error, comes back through a pipe."""
 
     def __init__(self, server_args: Any):
+        self._error = None
         self._read, write = os.pipe()
-        self._pid = os.fork()
+        try:
+            self._pid = os.fork()
+        except OSError as exc:  # no fork here: the other sources answer
+            os.close(self._read)
+            os.close(write)
+            self._pid, self._error = None, f"cannot fork: {exc}"
+            return
         if self._pid == 0:  # the child: never returns
             os.close(self._read)
             _child(server_args, write)
         os.close(write)
 
     def result(self) -> dict:
-        """``{"target_bytes", "draft_bytes", "target_class", "draft_class", "tp"}``,
+        """``{"target_bytes", "draft_bytes", "target_class", "draft_class", "tp", "ep"}``,
         or ``{"error": one line}`` when SGLang cannot build the model here."""
         if self._pid is None:
-            return {"error": "cancelled"}
+            return {"error": self._error or "cancelled"}
         ready, _, _ = select.select([self._read], [], [], TIMEOUT_S)
         data = b""
         if ready:
@@ -109,6 +118,7 @@ class Build:
         if self._pid is not None:
             with contextlib.suppress(OSError):
                 os.kill(self._pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
                 os.close(self._read)
             os.waitpid(self._pid, 0)
             self._pid = None
@@ -181,7 +191,6 @@ def _groups(server_args, model_config) -> None:
     import torch.distributed as dist
     from sglang.srt.distributed import parallel_state as ps
     from sglang.srt.layers import dp_attention
-    from sglang.srt.runtime_context import get_parallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     tp, pp = server_args.tp_size, server_args.pp_size
@@ -195,27 +204,30 @@ def _groups(server_args, model_config) -> None:
             world_size=tp * pp, rank=0, local_rank=0, backend="fake"
         )
         if _accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
-            # Up to 0.5.2x the widths are arguments: the published ones.
-            parallel = get_parallel()
+            # Releases that take the widths as arguments: the scheduler's, from
+            # the server args and SGLang's own DP-attention split, for rank 0.
+            _, _, _, attn_dp = dp_attention.compute_dp_attention_world_info(
+                server_args.enable_dp_attention,
+                0,
+                tp,
+                server_args.dp_size,
+                getattr(server_args, "attn_cp_size", 1),
+            )
             widths = {
                 "tensor_model_parallel_size": tp,
                 "pipeline_model_parallel_size": pp,
-                "expert_model_parallel_size": "moe_ep_size",
-                "attention_data_parallel_size": "attn_dp_size",
+                "expert_model_parallel_size": server_args.ep_size,
+                "attention_data_parallel_size": attn_dp,
                 "attention_context_model_parallel_size": "attn_cp_size",
                 "moe_data_model_parallel_size": "moe_dp_size",
                 "decode_context_parallel_size": "dcp_size",
             }
-            kwargs = {}
-            for arg, width in widths.items():
-                if not _accepts(ps.initialize_model_parallel, arg):
-                    continue
-                if isinstance(width, str):
-                    try:
-                        width = getattr(parallel, width)
-                    except Exception:
-                        continue
-                kwargs[arg] = width
+            kwargs = {
+                arg: getattr(server_args, width) if isinstance(width, str) else width
+                for arg, width in widths.items()
+                if _accepts(ps.initialize_model_parallel, arg)
+                and (not isinstance(width, str) or hasattr(server_args, width))
+            }
             ps.initialize_model_parallel(backend="fake", **kwargs)
         else:
             ps.initialize_model_parallel(backend="fake")
@@ -298,6 +310,7 @@ def build(server_args: Any) -> dict:
     import logging
 
     from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import parallel_state as ps
 
     logging.disable(logging.CRITICAL)  # SGLang's notes about kernels a CPU lacks
     _kernels_a_cpu_lacks()
@@ -314,5 +327,6 @@ def build(server_args: Any) -> dict:
         "draft_bytes": draft,
         "target_class": target_class,
         "draft_class": draft_class,
-        "tp": server_args.tp_size,
+        "tp": ps.get_tensor_model_parallel_world_size(),  # as SGLang's groups have it
+        "ep": ps.get_moe_expert_parallel_world_size(),
     }
