@@ -166,7 +166,7 @@ def _accepts(function, *names: str) -> bool:
 
 
 def _publish(server_args) -> None:
-    """Publish the launch as SGLang's scheduler does for rank 0."""
+    """Publish the launch as SGLang's scheduler (0.5.16: model runner) does for rank 0."""
     from sglang.srt import runtime_context
 
     if hasattr(runtime_context, "SpawnRanks"):
@@ -175,8 +175,10 @@ def _publish(server_args) -> None:
             role="scheduler",
             ranks=runtime_context.SpawnRanks(world_rank=0),
         )
-    else:
+    elif hasattr(runtime_context, "publish"):
         runtime_context.publish(server_args, role="scheduler")
+    else:  # 0.5.16: the model runner publishes into the context's slot
+        runtime_context.get_context().set_server_args(server_args)
     with contextlib.suppress(ImportError):
         from sglang.srt.layers.moe import initialize_moe_config
 
@@ -216,7 +218,7 @@ def _groups(server_args, model_config) -> None:
             widths = {
                 "tensor_model_parallel_size": tp,
                 "pipeline_model_parallel_size": pp,
-                "expert_model_parallel_size": server_args.ep_size,
+                "expert_model_parallel_size": "ep_size",
                 "attention_data_parallel_size": attn_dp,
                 "attention_context_model_parallel_size": "attn_cp_size",
                 "moe_data_model_parallel_size": "moe_dp_size",
