@@ -137,7 +137,7 @@ def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
     columns = tuple(r for r in ROLES if r in only)
     resolving = tuple(r for r in ROLES if r in columns or r == role)
     servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
-    # SGLang's model classes build in a forked child while this process goes on.
+    # SGLang's model classes build in a forked child; the sizing waits for them.
     build = None
     known = launch.weights is not None or launch.weights_gib is not None
     if launch.available_gib is None and not known and build_weights():

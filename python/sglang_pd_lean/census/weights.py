@@ -1,6 +1,6 @@
 """Weights per rank from SGLang's own model classes, built without memory.
 
-    build = Build(server_args)  # forks; the report goes on with pools and sizing
+    build = Build(server_args)  # forks; the report reads SGLang's model config
     build.result()  # {"target_bytes", "draft_bytes", "target_class", ...} or {"error"}
 
 From the launch as SGLang resolved it (``census.launch.resolve``), a child process
@@ -73,7 +73,7 @@ class Build:
 
     Forked once the report has resolved the launch (SGLang already imported, the
     resolved ``ServerArgs`` inherited), so the child pays only for the build, while
-    the parent goes on with the pools and the sizing. The child's stdout and stderr
+    the parent reads the model config it needs anyway. The child's stdout and stderr
     are /dev/null; its answer, or its one-line error, comes back through a pipe."""
 
     def __init__(self, server_args: Any):
