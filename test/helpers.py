@@ -19,6 +19,21 @@ LAYOUTS = [
 ]
 
 
+# The usual NEXTN launch for Qwen3-Next / Qwen3.5 (no draft model path): 3 steps,
+# top-k 1, 4 draft tokens.
+NEXTN_DRAFT_TOKENS = 4
+NEXTN = [
+    "--speculative-algorithm",
+    "NEXTN",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    str(NEXTN_DRAFT_TOKENS),
+]
+
+
 # The release that first does each gate's job itself (from upstream's sources), an
 # oracle independent of the plugin's own detection in ``compat``.
 # None: no supported release (up to 0.5.23) does it.

@@ -12,25 +12,18 @@ import json
 
 import pytest
 from formulas import GIB, binary, gdn_dims, load_config
-from helpers import sglang_minor
+from helpers import NEXTN, NEXTN_DRAFT_TOKENS, sglang_minor
 
 from sglang_pd_lean import cli
 
 MODEL = "qwen3.5-397b-a17b"
-TP, REQUESTS, DRAFT, AVAILABLE = 8, 256, 4, 24.0
+TP, REQUESTS, DRAFT, AVAILABLE = 8, 256, NEXTN_DRAFT_TOKENS, 24.0
 FLAGS = [
     "--tp",
     str(TP),
     "--disaggregation-mode",
     "prefill",
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    str(DRAFT),
+    *NEXTN,
     "--max-running-requests",
     str(REQUESTS),
 ]

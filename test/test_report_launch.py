@@ -12,23 +12,12 @@ import sys
 import types
 
 import pytest
-from helpers import sglang_minor
+from helpers import NEXTN, sglang_minor
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.census import launch, model
 from sglang_pd_lean.census.inputs import MODELS_DIR, ROLES
 from sglang_pd_lean.units import GIB
-
-NEXTN = [
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
 
 
 @pytest.fixture(scope="module")

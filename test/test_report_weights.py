@@ -10,6 +10,7 @@ import json
 import os
 
 import pytest
+from helpers import NEXTN
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.census import model, weights
@@ -19,16 +20,6 @@ from sglang_pd_lean.census.server import Launch, run_launch
 from sglang_pd_lean.census.weights import BUILD_ENV
 from sglang_pd_lean.units import GIB
 
-NEXTN = [
-    "--speculative-algorithm",
-    "NEXTN",
-    "--speculative-num-steps",
-    "3",
-    "--speculative-eagle-topk",
-    "1",
-    "--speculative-num-draft-tokens",
-    "4",
-]
 INDEX_TOTAL = 160 * GIB  # a made-up checkpoint size, unlike the model's own
 
 

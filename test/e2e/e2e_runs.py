@@ -220,14 +220,15 @@ class Runs:
         )
 
 
-def launch_report(argv: list[str], available_gib: float) -> dict:
-    """``sglang-pd-lean report --gpu local --available-gib B --json -- ARGV``: the
-    real CLI in its own process, SGLang resolving ``argv`` on this machine."""
+def launch_report(
+    argv: list[str], available_gib: float | None, gpu: str = "local"
+) -> dict:
+    """``sglang-pd-lean report --gpu GPU [--available-gib B] --json -- ARGV``: the real
+    CLI in its own process (``local``: SGLang resolving ``argv`` on this machine;
+    without B the report works out the memory per rank itself)."""
     cli = os.path.join(os.path.dirname(sys.executable), "sglang-pd-lean")
-    command = [
-        cli, "report", "--gpu", "local", "--available-gib", repr(available_gib),
-        "--json", "--", *argv,
-    ]  # fmt: skip
+    budget = [] if available_gib is None else ["--available-gib", repr(available_gib)]
+    command = [cli, "report", "--gpu", gpu, *budget, "--json", "--", *argv]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(command)}:\n{done.stderr}"
     return json.loads(done.stdout)

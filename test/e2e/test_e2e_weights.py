@@ -11,12 +11,8 @@ launch, ``census.weights``) must give the same ``weights_bytes`` and
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from e2e_runs import launch_report
 
 pytestmark = pytest.mark.e2e
 
@@ -24,11 +20,7 @@ NAMES = ["prefill", "decode", "null"]
 
 
 def report_memory(argv: list[str]) -> dict:
-    cli = os.path.join(os.path.dirname(sys.executable), "sglang-pd-lean")
-    command = [cli, "report", "--gpu", "h200", "--json", "--", *argv]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stderr}"
-    result = json.loads(done.stdout)
+    result = launch_report(argv, None, gpu="h200")
     return result["memory"][result["launch"]["role"]]
 
 

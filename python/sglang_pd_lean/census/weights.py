@@ -265,7 +265,7 @@ def _device_module_is_cpu() -> Iterator[None]:
         torch.get_device_module, torch.cuda.Stream = module, stream
 
 
-def _bytes_of(model_config, server_args) -> tuple[int, str]:
+def _bytes_of(model_config) -> tuple[int, str]:
     import torch
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader import loader
@@ -319,11 +319,11 @@ def build(server_args: Any) -> dict:
     _publish(server_args)
     model_config = ModelConfig.from_server_args(server_args)
     _groups(server_args, model_config)
-    target, target_class = _bytes_of(model_config, server_args)
+    target, target_class = _bytes_of(model_config)
     draft, draft_class = 0, None
     draft_config = _draft_config(server_args, model_config)
     if draft_config is not None:
-        draft, draft_class = _bytes_of(draft_config, server_args)
+        draft, draft_class = _bytes_of(draft_config)
     return {
         "target_bytes": target,
         "draft_bytes": draft,
