@@ -8,10 +8,20 @@
 # deep-gemm, ...) that nothing here can run. We install the SGLang wheel itself
 # with --no-deps and then only the Python packages its memory-pool, configurator,
 # graph-setup and warmup modules import, at the versions SGLang's own metadata pins.
-# --server adds, behind its own stamp, what `python -m sglang.launch_server` needs on
-# a CPU (the end-to-end tests in test/e2e): a few more Python packages the same way,
-# the Mooncake TCP transfer engine and the Debian libraries it links (apt-get, root).
-# Venvs live in ${SGLANG_PD_LEAN_VENVS:-~/.cache/sglang-pd-lean}/sglang-<version>.
+#
+# Every release shares one base venv (torch, and those packages at the newest
+# supported release's pins: ~6 GB once). A release's venv is a small overlay: the
+# SGLang wheel, the packages whose pins differ from the base's (0.5.16 to 0.5.21 pin
+# an older transformers and xgrammar, for instance), and a .pth file that puts the
+# base's site-packages after its own on sys.path, so its own pins win. SGLang's
+# non-Python pins (cuda-tile on 0.5.18 to 0.5.22, served only by a vendor index) are
+# never installed: --no-deps.
+# --server adds to the base, behind its own stamp, what `python -m
+# sglang.launch_server` needs on a CPU (the end-to-end tests in test/e2e): a few more
+# Python packages the same way, the Mooncake TCP transfer engine and the Debian
+# libraries it links (apt-get, root).
+# Venvs live in ${SGLANG_PD_LEAN_VENVS:-~/.cache/sglang-pd-lean}: base/ and
+# sglang-<version>/; wheels are cached in ${SGLANG_PD_LEAN_WHEELS:-.../wheels}.
 set -euo pipefail
 
 version=0.5.17
@@ -25,8 +35,12 @@ for arg in "$@"; do
 done
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 root="${SGLANG_PD_LEAN_VENVS:-$HOME/.cache/sglang-pd-lean}"
+wheels="${SGLANG_PD_LEAN_WHEELS:-$HOME/.cache/sglang-pd-lean/wheels}"
+base="$root/base"
 venv="$root/sglang-$version"
 py="${PYTHON:-python3}"
+# The release whose pins the base follows (the newest supported).
+base_release=0.5.23
 
 # Packages SGLang imports on the code paths we drive (pins come from SGLang's metadata).
 lean_deps=(
@@ -47,67 +61,105 @@ transfer_deps=(mooncake-transfer-engine-non-cuda==0.3.13.post1)
 # Debian libraries Mooncake's engine.so links (ldd) on a machine without RDMA.
 debian_libs=(libibverbs1 librdmacm1 libnuma1)
 
-stamp="$venv/.sglang-pd-lean-ready"
-server_stamp="$venv/.sglang-pd-lean-server-ready"
-wanted="sglang==$version ${torch_deps[*]} ${lean_deps[*]} ${own_deps[*]}"
-server_wanted="${server_deps[*]} ${transfer_deps[*]} ${debian_libs[*]}"
 log() { echo "[ensure_venv] $*" >&2; }
-pip=("$venv/bin/python" -m pip --disable-pip-version-check -qq)
+pip_in() { "$1/bin/python" -m pip --disable-pip-version-check -qq "${@:2}"; }
 
-# The given packages at the versions SGLang's metadata pins (unpinned where it has none).
+# The SGLang wheel of a release, downloaded once.
+wheel_of() {
+  local found
+  mkdir -p "$wheels"
+  found="$(ls "$wheels"/sglang-"$1"-*.whl 2>/dev/null | head -n 1 || true)"
+  if [ -z "$found" ]; then
+    "$py" -m pip download --disable-pip-version-check -q --no-deps "sglang==$1" -d "$wheels" >&2
+    found="$(ls "$wheels"/sglang-"$1"-*.whl 2>/dev/null | head -n 1 || true)"
+  fi
+  [ -n "$found" ] || { log "cannot get the SGLang $1 wheel"; return 1; }
+  echo "$found"
+}
+
+# The given packages at the versions a SGLang wheel's metadata pins (unpinned where
+# it has none): sglang_pins WHEEL NAME...
 sglang_pins() {
-  "$venv/bin/python" - "$@" <<'PY'
-import re, sys
-from importlib.metadata import requires
-want = {n.lower().replace("_", "-") for n in sys.argv[1:]}
+  "$py" - "$@" <<'PY'
+import re, sys, zipfile
+from email.parser import Parser
+wheel, names = sys.argv[1], sys.argv[2:]
+with zipfile.ZipFile(wheel) as zf:
+    meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+    requires = Parser().parsestr(zf.read(meta).decode()).get_all("Requires-Dist") or []
+want = {n.lower().replace("_", "-") for n in names}
 seen = set()
-for req in requires("sglang") or []:
+for req in requires:
     if "extra ==" in req:
         continue
     spec = req.split(";")[0].strip()
-    name = re.split(r"[<>=!~\[ ]", spec, 1)[0].lower().replace("_", "-")
+    name = re.split(r"[<>=!~\[ (]", spec, 1)[0].lower().replace("_", "-")
     if name in want:
-        print(re.sub(r"\[.*?\]", "", spec))
+        print(re.sub(r"\[.*?\]", "", spec).replace(" ", "").replace("(", "").replace(")", ""))
         seen.add(name)
 for name in sorted(want - seen):
     print(name)
 PY
 }
 
-if [ ! -f "$venv/.sglang-installed" ]; then
-  log "creating $venv (SGLang $version, CPU-only; takes a few minutes once)"
-  rm -rf "$venv"
-  mkdir -p "$root"
-  "$py" -m venv "$venv"
-  "${pip[@]}" install --upgrade pip >&2
-  "${pip[@]}" install "${torch_deps[@]}" >&2
-  "${pip[@]}" install --no-deps "sglang==$version" >&2
-  touch "$venv/.sglang-installed"
-fi
-if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  log "installing the packages SGLang $version needs here into $venv"
-  mapfile -t pinned < <(sglang_pins "${lean_deps[@]}")
-  "${pip[@]}" install --no-warn-conflicts "${pinned[@]}" "${own_deps[@]}" "${torch_deps[@]}" >&2
-  echo "$wanted" > "$stamp"
-fi
-if [ "$server" = 1 ] && [ "$(cat "$server_stamp" 2>/dev/null)" != "$server_wanted" ]; then
-  missing=()
-  for lib in "${debian_libs[@]}"; do
-    dpkg-query -W -f='${Status}' "$lib" 2>/dev/null | grep -q "install ok installed" \
-      || missing+=("$lib")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing Debian libraries for the Mooncake transfer engine: ${missing[*]}"
-    sudo_=()
-    [ "$(id -u)" = 0 ] || sudo_=(sudo)
-    "${sudo_[@]}" apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive "${sudo_[@]}" apt-get install -y -qq \
-      --no-install-recommends "${missing[@]}" >&2
+# --- the shared base ---------------------------------------------------------------
+base_wheel="$(wheel_of "$base_release")"
+mapfile -t base_pinned < <(sglang_pins "$base_wheel" "${lean_deps[@]}")
+base_wanted="${torch_deps[*]} ${base_pinned[*]} ${own_deps[*]}"
+if [ "$(cat "$base/.ready" 2>/dev/null)" != "$base_wanted" ]; then
+  if [ ! -f "$base/.torch" ]; then
+    log "creating the shared base venv $base (torch and SGLang's pure-Python pins; once)"
+    rm -rf "$base"
+    mkdir -p "$root"
+    "$py" -m venv "$base"
+    pip_in "$base" install --upgrade pip >&2
+    pip_in "$base" install "${torch_deps[@]}" >&2
+    touch "$base/.torch"
   fi
-  log "installing what launch_server needs on a CPU into $venv"
-  mapfile -t pinned < <(sglang_pins "${server_deps[@]}")
-  "${pip[@]}" install --no-warn-conflicts "${pinned[@]}" "${transfer_deps[@]}" "${torch_deps[@]}" >&2
-  echo "$server_wanted" > "$server_stamp"
+  log "installing SGLang $base_release's pins into $base"
+  pip_in "$base" install --no-warn-conflicts "${base_pinned[@]}" "${own_deps[@]}" "${torch_deps[@]}" >&2
+  echo "$base_wanted" > "$base/.ready"
+fi
+if [ "$server" = 1 ]; then
+  mapfile -t server_pinned < <(sglang_pins "$base_wheel" "${server_deps[@]}")
+  server_wanted="${server_pinned[*]} ${transfer_deps[*]} ${debian_libs[*]}"
+  if [ "$(cat "$base/.server-ready" 2>/dev/null)" != "$server_wanted" ]; then
+    missing=()
+    for lib in "${debian_libs[@]}"; do
+      dpkg-query -W -f='${Status}' "$lib" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$lib")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+      log "installing Debian libraries for the Mooncake transfer engine: ${missing[*]}"
+      sudo_=()
+      [ "$(id -u)" = 0 ] || sudo_=(sudo)
+      "${sudo_[@]}" apt-get update -qq >&2
+      DEBIAN_FRONTEND=noninteractive "${sudo_[@]}" apt-get install -y -qq \
+        --no-install-recommends "${missing[@]}" >&2
+    fi
+    log "installing what launch_server needs on a CPU into $base"
+    pip_in "$base" install --no-warn-conflicts "${server_pinned[@]}" "${transfer_deps[@]}" "${torch_deps[@]}" >&2
+    echo "$server_wanted" > "$base/.server-ready"
+  fi
+fi
+
+# --- the release's overlay -----------------------------------------------------------
+wheel="$(wheel_of "$version")"
+mapfile -t pinned < <(sglang_pins "$wheel" "${lean_deps[@]}")
+base_site="$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+wanted="overlay on $base_site: $(basename "$wheel") ${pinned[*]}"
+if [ "$(cat "$venv/.ready" 2>/dev/null)" != "$wanted" ]; then
+  log "creating $venv (SGLang $version over the shared base)"
+  rm -rf "$venv"
+  "$py" -m venv --without-pip "$venv"
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  # After the overlay's own site-packages: the overlay's packages win.
+  echo "$base_site" > "$site/_sglang_pd_lean_base.pth"
+  pip_in "$venv" install --no-deps "$wheel" >&2
+  # Installs only what the base does not satisfy, into the overlay (pip leaves
+  # packages outside this environment alone).
+  pip_in "$venv" install --no-warn-conflicts "${pinned[@]}" "${torch_deps[@]}" >&2
+  echo "$wanted" > "$venv/.ready"
 fi
 
 # Our package, editable, without touching the pinned dependency set; reinstalled only
@@ -118,8 +170,8 @@ own_wanted="$here $(cksum < "$here/pyproject.toml")"
 if [ "$(cat "$own_stamp" 2>/dev/null)" != "$own_wanted" ] \
   || ! grep -qsF '"editable": true' "$venv"/lib/python*/site-packages/sglang_pd_lean-*.dist-info/direct_url.json \
   || ! grep -qsF "\"file://$here\"" "$venv"/lib/python*/site-packages/sglang_pd_lean-*.dist-info/direct_url.json; then
-  "${pip[@]}" install --no-deps --no-build-isolation -e "$here" >&2 \
-    || "${pip[@]}" install --no-deps -e "$here" >&2
+  pip_in "$venv" install --no-deps --no-build-isolation -e "$here" >&2 \
+    || pip_in "$venv" install --no-deps -e "$here" >&2
   echo "$own_wanted" > "$own_stamp"
 fi
 echo "$venv"

@@ -77,3 +77,34 @@ def binary(nbytes: int) -> str:
         if abs(nbytes) >= size:
             return f"{nbytes / size:.2f} {unit}"
     return f"{nbytes} B"
+
+
+MAMBA_FULL_MEMORY_RATIO = 0.9  # SGLang's default --mamba-full-memory-ratio
+SLOTS_PER_REQUEST = 3  # upstream's mamba slots per running request (radix cache on)
+
+
+def automatic_split(
+    per_slot: int,
+    available_gib: float,
+    requests: int,
+    draft: int,
+    *,
+    verify: bool,
+    pad: int,
+) -> tuple[int, float]:
+    """(mamba slots, KV GiB) of SGLang's automatic sizing, solved by hand: the mamba
+    state gets r / (1 + r) of the budget; a worker that can verify also fits
+    snapshots for slots / 3 requests in it, then charges them for min(R, slots / 3);
+    ``pad`` padding slots charged on both (1 from SGLang 0.5.17, 0 on 0.5.16)."""
+    share = available_gib * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
+    share_bytes = share * GIB
+    if not verify:
+        slots = int((share_bytes - per_slot * pad) // per_slot)
+        return slots, available_gib - (slots + pad) * per_slot / GIB
+    slots = int(
+        (share_bytes - per_slot * (1 + draft) * pad)
+        // (per_slot * (1 + draft / SLOTS_PER_REQUEST))
+    )
+    charged = min(requests, slots // SLOTS_PER_REQUEST)
+    verify_gib = per_slot * (charged + pad) * draft / GIB
+    return slots, available_gib - verify_gib - (slots + pad) * per_slot / GIB

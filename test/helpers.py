@@ -53,6 +53,14 @@ def sglang_minor() -> int:
     return int(sglang.__version__.split(".")[2][:2])
 
 
+def sizing_pad() -> int:
+    """Padding slots SGLang's mamba sizing charges beside the slots it counts: one
+    from 0.5.17 (its ``_handle_max_mamba_cache``: "+1: the pool's padding slot", on
+    the state and on the verify snapshots); 0.5.16's sizing charges none, though its
+    pool allocates the padding slot too."""
+    return 0 if sglang_minor() <= 16 else 1
+
+
 # Set by test_patches.py when the SGLang under test carries one of patches/: the
 # gates that patch makes upstream's own (comma-separated).
 PATCHED_ENV = "SGLANG_PD_LEAN_TEST_PATCHED_GATES"

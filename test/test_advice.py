@@ -12,7 +12,7 @@ import json
 
 import pytest
 from formulas import GIB, binary, gdn_dims, load_config
-from helpers import NEXTN, NEXTN_DRAFT_TOKENS, sglang_minor
+from helpers import NEXTN, NEXTN_DRAFT_TOKENS, sglang_minor, sizing_pad
 
 from sglang_pd_lean import cli
 
@@ -64,7 +64,8 @@ def result() -> dict:
 def expected() -> dict:
     """SGLang 0.5.17's sizing of this prefill target, worked by hand from the config:
     per-request state bytes, the automatic split with and without the verify
-    reservation, and the three choices' mamba slots, requests and KV bytes."""
+    reservation, and the three choices' mamba slots, requests and KV bytes (0.5.16:
+    without the padding slot, ``sizing_pad``)."""
     from sglang.srt.mem_cache import kv_cache_configurator as kvc
 
     d = gdn_dims(load_config(MODEL), tp=TP)
@@ -74,12 +75,15 @@ def expected() -> dict:
         kvc.MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
         + kvc.MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP
     )
+    pad = sizing_pad()
     share = AVAILABLE * FULL_MEMORY_RATIO / (1 + FULL_MEMORY_RATIO) * GIB
-    up_slots = int((share - per_req * (1 + DRAFT)) // (per_req * (1 + DRAFT / ratio)))
+    up_slots = int(
+        (share - per_req * (1 + DRAFT) * pad) // (per_req * (1 + DRAFT / ratio))
+    )
     capped = min(REQUESTS, up_slots // ratio)
-    up_units = (up_slots + 1) + (capped + 1) * DRAFT  # state + verify, in per_req
-    auto_slots = int((share - per_req) // per_req)
-    most = (up_units - 1) // ratio  # most requests whose state fits in up_units
+    up_units = (up_slots + pad) + (capped + pad) * DRAFT  # state + verify, per_req
+    auto_slots = int((share - per_req * pad) // per_req)
+    most = (up_units - pad) // ratio  # most requests whose state fits in up_units
 
     def kv(units: int) -> int:
         return int((AVAILABLE - units * per_req / GIB) * GIB)
@@ -96,7 +100,7 @@ def expected() -> dict:
             "flags": ["--max-mamba-cache-size", str(up_slots)],
             "mamba_slots": up_slots,
             "max_running_requests": capped,
-            "kv_cache_bytes": kv(up_slots + 1),
+            "kv_cache_bytes": kv(up_slots + pad),
         },
         "requests": {
             "flags": [
@@ -107,13 +111,13 @@ def expected() -> dict:
             ],
             "mamba_slots": most * ratio,
             "max_running_requests": most,
-            "kv_cache_bytes": kv(most * ratio + 1),
+            "kv_cache_bytes": kv(most * ratio + pad),
         },
         "automatic": {
             "flags": [],
             "mamba_slots": auto_slots,
             "max_running_requests": min(REQUESTS, auto_slots // ratio),
-            "kv_cache_bytes": kv(auto_slots + 1),
+            "kv_cache_bytes": kv(auto_slots + pad),
         },
     }
 

@@ -5,33 +5,11 @@ without the CLI in front of it)."""
 from __future__ import annotations
 
 import pytest
-from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
-from helpers import upstream_has
+from formulas import FP32, GIB, SLOTS_PER_REQUEST, gdn_dims, gdn_expected, load_config
+from formulas import automatic_split as split
+from helpers import sizing_pad, upstream_has
 
 from sglang_pd_lean import census
-
-MAMBA_FULL_MEMORY_RATIO = 0.9  # SGLang's default --mamba-full-memory-ratio
-SLOTS_PER_REQUEST = 3  # upstream's mamba slots per running request (radix cache on)
-
-
-def automatic_split(
-    per_slot: int, *, available_gib: float, requests: int, draft: int, verify: bool
-) -> tuple[int, float]:
-    """(mamba slots, KV GiB) of SGLang's automatic sizing, solved by hand: the mamba
-    state gets r / (1 + r) of the budget; a worker that can verify also fits
-    snapshots for slots / 3 requests in it, then charges them for min(R, slots / 3)."""
-    share = available_gib * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO)
-    share_bytes = share * GIB
-    if not verify:
-        slots = int((share_bytes - per_slot) // per_slot)
-        return slots, available_gib - (slots + 1) * per_slot / GIB
-    slots = int(
-        (share_bytes - per_slot * (1 + draft))
-        // (per_slot * (1 + draft / SLOTS_PER_REQUEST))
-    )
-    charged = min(requests, slots // SLOTS_PER_REQUEST)
-    verify_gib = per_slot * (charged + 1) * draft / GIB
-    return slots, available_gib - verify_gib - (slots + 1) * per_slot / GIB
 
 
 @pytest.mark.parametrize(
@@ -232,14 +210,12 @@ def test_automatic_split_spends_the_verify_reservation_on_mamba_slots():
             available_gib=available,
         )
     )
-    lean = automatic_split(
-        per_slot, available_gib=available, requests=requests, draft=draft, verify=False
-    )
-    verify = automatic_split(
-        per_slot, available_gib=available, requests=requests, draft=draft, verify=True
-    )
-    assert lean[0] == 2632 and round(lean[1], 2) == 52.63
-    assert verify[0] == 1126 and round(verify[1], 2) == 61.23
+    pad = sizing_pad()
+    lean = split(per_slot, available, requests, draft, verify=False, pad=pad)
+    verify = split(per_slot, available, requests, draft, verify=True, pad=pad)
+    if sizing_pad():  # the worked example of docs/memory-model.md (0.5.17+)
+        assert lean[0] == 2632 and round(lean[1], 2) == 52.63
+        assert verify[0] == 1126 and round(verify[1], 2) == 61.23
     for role in census.ROLES:
         for column in ("upstream", "plugin"):
             lean_here = role == "prefill" and (
@@ -259,7 +235,7 @@ def test_automatic_split_spends_the_verify_reservation_on_mamba_slots():
     if upstream_has("budget"):
         assert change["mamba_slots"] == 0  # upstream with upstream: both lean
     else:
-        assert change["mamba_slots"] == 2632 - 1126
+        assert change["mamba_slots"] == lean[0] - verify[0]
         assert change["kv_cache_bytes"] < 0
 
 
@@ -277,8 +253,9 @@ def test_upstream_that_does_not_fit_is_reported_beside_the_plugin_capacity():
             max_mamba_cache_size=slots,
         )
     )
-    lean_kv = available - (slots + 1) * per_slot / GIB
-    verify_kv = lean_kv - (min(requests, slots // 3) + 1) * draft * per_slot / GIB
+    pad = sizing_pad()
+    lean_kv = available - (slots + pad) * per_slot / GIB
+    verify_kv = lean_kv - (min(requests, slots // 3) + pad) * draft * per_slot / GIB
     assert verify_kv < 0 < lean_kv
     capacity = result["capacity"]
     plugin = capacity["prefill"]["plugin"]

@@ -11,8 +11,8 @@ import re
 import sys
 
 import pytest
-from formulas import GIB, binary, gdn_dims, gdn_expected, load_config
-from helpers import NATIVE_FROM, upstream_has
+from formulas import GIB, automatic_split, binary, gdn_dims, gdn_expected, load_config
+from helpers import NATIVE_FROM, sizing_pad, upstream_has
 
 from sglang_pd_lean import census, cli
 
@@ -132,7 +132,8 @@ def test_upstream_that_does_not_fit_shows_sglangs_reason(capsys):
     assert code == 0 and err == ""
     kv = table_row(out, "KV cache")
     d = gdn_dims(load_config("qwen3.5-397b-a17b"), tp=8)
-    lean_kv = int((30 - 769 * d["layers"] * (d["ssm"] + d["conv"]) / GIB) * GIB)
+    slots = 768 + sizing_pad()  # charged by SGLang's sizing
+    lean_kv = int((30 - slots * d["layers"] * (d["ssm"] + d["conv"]) / GIB) * GIB)
     assert kv[1] == binary(lean_kv)
     assert kv[2:] == ["does not fit"] * 4
     assert (kv[0] == "does not fit") != upstream_has("budget")
@@ -147,16 +148,25 @@ def test_automatic_split_is_reported_as_slots_bought_and_kv_lost(capsys):
     )
     assert code == 0
     assert "KV cache +" not in out  # the plugin's KV change here is a loss
+    d = gdn_dims(load_config("qwen3-next-80b-a3b"), tp=4)
+    per_slot = d["layers"] * (d["ssm"] + d["conv"])
+    lean, verify = (
+        automatic_split(per_slot, 100, 256, 4, verify=v, pad=sizing_pad())
+        for v in (False, True)
+    )
+    if sizing_pad():  # docs/memory-model.md's worked example (0.5.17+)
+        assert (lean[0], verify[0]) == (2632, 1126)
+    upstream = lean if upstream_has("budget") else verify
     kv = table_row(out, "KV cache")
-    assert kv[1] == "52.63 GiB"
-    assert kv[0] == ("52.63 GiB" if upstream_has("budget") else "61.23 GiB")
+    assert kv[1] == binary(int(lean[1] * GIB))
+    assert kv[0] == binary(int(upstream[1] * GIB))
     slots = table_row(out, "mamba slots")
-    assert slots[1] == "2,632"
-    assert slots[0] == ("2,632" if upstream_has("budget") else "1,126")
+    assert slots[1] == f"{lean[0]:,}"
+    assert slots[0] == f"{upstream[0]:,}"
     if not upstream_has("budget"):
         assert (
-            "prefill target with the plugin: +1,506 mamba slots, KV cache -8.60 GiB"
-            in out
+            f"prefill target with the plugin: +{lean[0] - verify[0]:,} mamba slots, "
+            f"KV cache -{binary(int((verify[1] - lean[1]) * GIB))}" in out
         )
     assert "Automatic split" in out
 
@@ -176,11 +186,12 @@ def test_report_reproduces_the_e2e_servers_sizing_inputs(tmp_path, capsys):
     d = gdn_dims(cfg, tp=1)
     per_slot = d["layers"] * (d["ssm"] + d["conv"])
     lean = result["capacity"]["prefill"]["plugin"]
+    pad = sizing_pad()
     share = float(exact) * 0.9 / 1.9 * GIB
-    slots = int((share - per_slot) // per_slot)
+    slots = int((share - per_slot * pad) // per_slot)
     assert lean["mamba_slots"] == slots
     assert lean["kv_cache_bytes"] == int(
-        (float(exact) - (slots + 1) * per_slot / GIB) * GIB
+        (float(exact) - (slots + pad) * per_slot / GIB) * GIB
     )
     assert lean["max_running_requests"] == 8
     pool = result["roles"]["prefill"]["plugin"]

@@ -144,3 +144,135 @@ def test_missing_hook_module_still_reads_as_missing(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     missing = missing_targets(["fakeupstream2.gone.Cls.method"])
     assert len(missing) == 1 and "gone" in missing[0]
+
+
+# --- native upstream is read from the code, not from its text ------------------
+
+UPSTREAM_LIKE = '''
+def capture_decode_graph(model_runner):
+    # A PD prefill server could return early on disaggregation_mode here.
+    """Captures the decode graph (disaggregation_mode is not asked)."""
+    note = "see server_args.disaggregation_mode"
+    return model_runner.capture(note)
+
+
+def capture_decode_graph_native(model_runner):
+    if model_runner.server_args.disaggregation_mode == "prefill":
+        return None
+    return model_runner.capture()
+'''
+
+
+@pytest.fixture
+def graph_gate_on(tmp_path, monkeypatch):
+    """``graph_gate_on(function)``: the graph gate hooking ``function`` of a module
+    holding UPSTREAM_LIKE."""
+    (tmp_path / "upstream_like.py").write_text(UPSTREAM_LIKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    by_name = {g.name: g for g in all_gates()}
+    gate_class = type(by_name["graph"])
+
+    def gate(function: str):
+        monkeypatch.setattr(gate_class, "targets", (f"upstream_like.{function}",))
+        return by_name["graph"]
+
+    return gate
+
+
+def test_a_marker_named_only_in_comments_and_strings_still_gets_the_gate(
+    graph_gate_on,
+):
+    gate = graph_gate_on("capture_decode_graph")
+    assert "disaggregation_mode" in source_of(gate.target)  # the text names it
+    assert compat.native_reason(gate) is None
+    assert compat._state(gate)[0] == compat.GateState.NEEDED
+
+
+def test_a_marker_the_code_reads_is_native(graph_gate_on):
+    gate = graph_gate_on("capture_decode_graph_native")
+    assert compat._state(gate)[0] == compat.GateState.NATIVE
+    assert "disaggregation_mode" in compat.native_reason(gate)
+
+
+@pytest.mark.parametrize("gate_name", ["pool", "graph", "warmup", "budget"])
+def test_upstreams_own_function_with_the_marker_in_a_comment_is_not_native(
+    gate_name, tmp_path, monkeypatch
+):
+    """The installed upstream function, unchanged but for a comment and a string
+    naming every marker: native exactly where the unchanged function is."""
+    import ast
+    import inspect
+    import textwrap
+
+    gate = {g.name: g for g in all_gates()}[gate_name]
+    source = textwrap.dedent(inspect.getsource(inspect.unwrap(resolve(gate.target))))
+    function = ast.parse(source).body[0]
+    lines = source.splitlines()
+    first = function.body[0]  # the first statement, after the whole signature
+    indent = " " * first.col_offset
+    mention = " ".join(gate.native_markers)
+    body = (
+        lines[function.lineno - 1 : first.lineno - 1]  # no decorators
+        + [f"{indent}# upstream could check {mention} here"]
+        + [f"{indent}_unused = {mention!r}"]
+        + lines[first.lineno - 1 :]
+    )
+    module = f"commented_{gate_name}_upstream"  # one module name per test
+    (tmp_path / f"{module}.py").write_text(
+        "from __future__ import annotations\n\n" + "\n".join(body) + "\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = function.name
+    monkeypatch.setattr(type(gate), "targets", (f"{module}.{name}",))
+    assert (compat.native_reason(gate) is not None) is upstream_has(gate_name)
+
+
+# --- a renamed function disables only what needs it ----------------------------
+
+
+def test_the_first_candidate_target_that_resolves_is_hooked(monkeypatch):
+    gate = {g.name: g for g in all_gates()}["autotune"]
+    today = gate.targets[0]
+    renamed = today.rsplit(".", 1)[0] + "._autotune_buffers_renamed"
+    monkeypatch.setattr(type(gate), "targets", (renamed, today))
+    assert gate.target == today
+    assert [hook.target for hook in gate.hooks()] == [today]
+
+
+def test_a_gate_whose_target_resolves_nowhere_is_missing_and_names_it(monkeypatch):
+    gate = {g.name: g for g in all_gates()}["autotune"]
+    gone = ("sglang.srt.model_executor.runner.eager_runner.EagerRunner._gone",)
+    monkeypatch.setattr(type(gate), "targets", gone)
+    state, detail = compat._state(gate)
+    assert state == compat.GateState.MISSING
+    assert "EagerRunner._gone" in detail and "AttributeError" in detail
+
+
+def test_a_missing_target_turns_off_its_gate_and_those_requiring_it(monkeypatch):
+    by_name = {g.name: g for g in all_gates()}
+    before = {p.name: p.state for p in compat.plan()}
+    pool = by_name["pool"]
+    monkeypatch.setattr(
+        type(pool), "targets", ("sglang.srt.mem_cache.kv_cache_configurator.Gone",)
+    )
+    decision = compat.decide()
+    after = {p.name: p.state for p in decision.plans}
+    requiring = {g.name for g in all_gates() if "pool" in g.requires}
+    assert requiring  # the budget gate requires the pool gate
+    assert after["pool"] == compat.GateState.MISSING
+    for name, state in before.items():
+        if name == "pool":
+            continue
+        if name in requiring and state == compat.GateState.NEEDED:
+            assert after[name] == compat.GateState.UNSAFE, name
+        else:
+            assert after[name] == state, name
+    assert decision.refusal is None and not decision.healthy
+    assert [line.split(":", 1)[0] for line in decision.missing] == ["pool"]
+    registered = {hook.target for hook in decision.hooks}
+    for plan in decision.plans:
+        hooked = {hook.target for hook in by_name[plan.name].hooks()}
+        if plan.state == compat.GateState.NEEDED:
+            assert hooked <= registered, plan.name
+        else:
+            assert not hooked & registered, plan.name

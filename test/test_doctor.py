@@ -72,26 +72,42 @@ def test_doctor_on_an_unsupported_release_applies_no_gate(unsupported_release, c
     assert {gate["state"] for gate in json.loads(out)["gates"]} == {UNSUPPORTED}
 
 
-def test_doctor_fails_on_a_missing_hook_target(monkeypatch, capsys):
+@pytest.fixture
+def pool_gate_hooking(monkeypatch):
+    """``pool_gate_hooking(target)``: the pool gate's only candidate is ``target``."""
+    from sglang_pd_lean.gates import pool
+
+    return lambda target: monkeypatch.setattr(type(pool.GATE), "targets", (target,))
+
+
+def test_doctor_fails_on_a_missing_hook_target_and_names_the_gates_off(
+    pool_gate_hooking, capsys
+):
     target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.gone"
-    monkeypatch.setattr(
-        compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target)
-    )
+    pool_gate_hooking(target)
     code, out = doctor(capsys)
-    assert code == 1 and f"missing hook target: {target}" in out
+    assert (
+        code == 1
+        and f"missing hook target: pool: no hook target resolves: {target}" in out
+    )
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 1 and target in report["gates_off"]["pool"]
+    states = {gate["name"]: gate["state"] for gate in report["gates"]}
+    assert states["pool"] == compat.GateState.MISSING
+    if not upstream_has("budget"):  # it requires the pool gate: off with it
+        assert states["budget"] == compat.GateState.UNSAFE
+        assert "pool" in report["gates_off"]["budget"]
 
 
 def test_doctor_names_the_import_error_of_a_hooked_module(
-    monkeypatch, tmp_path, capsys
+    pool_gate_hooking, monkeypatch, tmp_path, capsys
 ):
     (tmp_path / "broken_hooked_module.py").write_text(
         "import a_dependency_that_is_not_installed\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    target = "broken_hooked_module.function"
-    monkeypatch.setattr(
-        compat, "plan", lambda: fake_plan(compat.GateState.NEEDED, target)
-    )
+    pool_gate_hooking("broken_hooked_module.function")
     code, out = doctor(capsys)
     assert code == 1
     assert "No module named 'a_dependency_that_is_not_installed'" in out

@@ -40,7 +40,9 @@ def test_every_gate_is_a_gate_with_its_contract_filled_in():
         assert isinstance(gate, Gate), gate
         assert isinstance(gate.name, str) and gate.name, gate
         assert isinstance(gate.summary, str) and gate.summary, gate
-        assert gate.target is None or isinstance(gate.target, str), gate
+        assert isinstance(gate.targets, tuple), gate
+        assert all(isinstance(t, str) for t in gate.targets), gate
+        assert (gate.target is None) is (not gate.targets), gate
         assert isinstance(gate.native_markers, tuple), gate
         assert all(name in {g.name for g in gates} for name in gate.requires), gate
 
@@ -60,23 +62,29 @@ def test_every_hooked_target_resolves_on_this_sglang():
             assert callable(resolve(gate.target)), gate
 
 
-@pytest.mark.parametrize("missing", ["name", "summary", "target"])
+@pytest.mark.parametrize("missing", ["name", "summary", "targets"])
 def test_a_gate_without_part_of_its_contract_is_refused_when_defined(missing):
-    attrs = {"name": "x", "summary": "y", "target": None}
+    attrs = {"name": "x", "summary": "y", "targets": ()}
     del attrs[missing]
     with pytest.raises(TypeError, match=missing):
         type("IncompleteGate", (Gate,), attrs)
 
 
 def test_a_gate_with_a_target_and_no_act_is_refused_when_defined():
-    attrs = {"name": "x", "summary": "y", "target": "some.module.function"}
+    attrs = {"name": "x", "summary": "y", "targets": ("some.module.function",)}
     with pytest.raises(TypeError, match="act"):
         type("GateWithoutAct", (Gate,), attrs)
 
 
+def test_a_gate_naming_one_target_as_a_string_is_refused_when_defined():
+    attrs = {"name": "x", "summary": "y", "targets": "some.module.function"}
+    with pytest.raises(TypeError, match="tuple"):
+        type("GateWithStringTargets", (Gate,), attrs)
+
+
 def test_a_gate_with_nothing_to_hook_registers_no_hook():
     nothing = type(
-        "NothingToHook", (Gate,), {"name": "x", "summary": "y", "target": None}
+        "NothingToHook", (Gate,), {"name": "x", "summary": "y", "targets": ()}
     )
     assert nothing().hooks() == []
 

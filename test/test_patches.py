@@ -185,9 +185,9 @@ def test_patched_census_equals_the_plugin(patched):
         for role in ROLES:
             where = (model, tp, role)
             assert own["roles"][role]["plugin"] == lean["roles"][role]["plugin"], where
-            assert own["warmup"][role]["plugin"] == lean["warmup"][role]["plugin"], (
-                where
-            )
+            assert (
+                own["warmup"][role]["plugin"] == lean["warmup"][role]["plugin"]
+            ), where
             have, want = (
                 own["capacity"][role]["plugin"],
                 lean["capacity"][role]["plugin"],

@@ -137,24 +137,35 @@ def test_unsupported_release_warns_once_and_registers_nothing(
     assert dict(fresh_plugin._hooks) == {}
 
 
-def test_missing_hook_target_warns_once_and_registers_nothing(
-    version, fresh_plugin, monkeypatch, caplog
+@pytest.mark.parametrize("gone", sorted(GATE_TARGETS))
+def test_a_missing_hook_target_turns_off_only_its_gate_and_those_requiring_it(
+    gone, version, fresh_plugin, monkeypatch, caplog
 ):
     import pkgutil
 
-    needed = sorted(expected_gates(version))
-    if not needed:
-        pytest.skip(f"SGLang {version} needs no gate of the plugin")
-    owner, attr = GATE_TARGETS[needed[0]].rsplit(".", 1)
-    # Gone from the class and every base it could inherit it from (until teardown).
-    for cls in pkgutil.resolve_name(owner).__mro__:
+    from sglang_pd_lean.gates import all_gates
+
+    needed = expected_gates(version)
+    if gone not in needed:
+        pytest.skip(f"SGLang {version} does not need the {gone} gate")
+    owner, attr = GATE_TARGETS[gone].rsplit(".", 1)
+    # Gone from the module, or the class and every base it could inherit it from
+    # (until teardown).
+    holder = pkgutil.resolve_name(owner)
+    for cls in holder.__mro__ if isinstance(holder, type) else (holder,):
         if attr in vars(cls):
             monkeypatch.delattr(cls, attr)
+    off = {gone} | {g.name for g in all_gates() if gone in g.requires}
     with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-        assert plugin.register() is False
+        assert plugin.register() is bool(needed - off)
     warnings = our_warnings(caplog)
     assert len(warnings) == 1 and attr in warnings[0] and version in warnings[0]
-    assert dict(fresh_plugin._hooks) == {}
+    for name in off & needed:
+        assert f"{name} (" in warnings[0], name
+    # Per gate, all or nothing: each other needed gate is registered whole.
+    assert set(fresh_plugin._hooks) - {h.target for h in record.hooks()} == {
+        GATE_TARGETS[name] for name in needed - off
+    }
 
 
 def test_scheduler_reports_the_record_in_its_internal_state(version, fresh_plugin):

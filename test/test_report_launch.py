@@ -202,7 +202,7 @@ def test_the_gpu_probes_are_put_back_after_the_report(qwen3_next, capsys):
         if getattr(module, "__name__", "").startswith("sglang")
         for attr, value in list(vars(module).items())
         if isinstance(value, types.FunctionType)
-        and value.__qualname__.startswith("_probes.")
+        and value.__qualname__.startswith("probes.")
     ]
     assert stand_ins == []
 
@@ -301,3 +301,126 @@ def test_one_role_alone_sizes_as_in_the_whole_report(qwen3_next, capsys):
     assert set(alone["roles"]) == set(alone["capacity"]) == {"prefill"}
     assert alone["capacity"]["prefill"] == whole["capacity"]["prefill"]
     assert alone["roles"]["prefill"] == whole["roles"]["prefill"]
+
+
+# --- every platform question answered for the named GPU ------------------------
+
+
+def test_every_platform_probe_of_the_installed_sglang_is_answered():
+    """A probe the installed SGLang has and the report does not answer would be
+    answered by this host during the resolution: a new release's probe fails here."""
+    from sglang.srt import runtime_context
+    from sglang.srt.utils import common
+
+    answered = set(launch.probes(launch.GPUS["h200"]))
+    probes = {
+        name
+        for name in dir(common)
+        if launch.PROBE_PATTERN.fullmatch(name) and callable(getattr(common, name))
+    }
+    assert {"is_cuda", "is_npu", "cpu_has_amx_support"} <= probes  # the pattern finds
+    table = {
+        **getattr(runtime_context, "_PLATFORM_PROBES", {}),
+        **getattr(runtime_context, "_PLATFORM_VALUES", {}),
+    }
+    assert sorted((probes | set(table.values())) - answered) == []
+
+
+@pytest.fixture
+def host_with_everything(monkeypatch):
+    """This host's probes answer as a host with every other accelerator and AMX
+    would (restored afterwards), so a probe left to the host shows."""
+    from sglang.srt.utils import common
+
+    for name in ("is_npu", "is_xpu", "is_musa", "is_mps", "is_hip", "is_cpu"):
+        monkeypatch.setattr(common, name, lambda *a, **k: True, raising=False)
+    monkeypatch.setattr(common, "cpu_has_amx_support", lambda *a, **k: True)
+    return common
+
+
+def test_the_named_gpu_answers_every_platform_question(host_with_everything):
+    """B200: NVIDIA, SM 100, Blackwell, on an x86 host; no NPU, XPU, MUSA, MPS,
+    ROCm or CPU backend, no AMX kernels (published facts, not the code's table)."""
+    common = host_with_everything
+    with launch.on_gpu(launch.GPUS["b200"]):
+        assert common.is_cuda() is True
+        for name in ("is_npu", "is_xpu", "is_musa", "is_mps", "is_hip", "is_cpu"):
+            assert getattr(common, name)() is False, name
+        assert common.cpu_has_amx_support() is False
+        assert common.get_device_sm() == 100
+        assert common.get_device_capability() == (10, 0)
+        assert common.get_device_name() == "NVIDIA B200"
+        assert common.is_sm100_supported() and not common.is_sm90_supported()
+        if sglang_minor() >= 19:  # SGLang's own platform facts, its seam
+            from sglang.srt.runtime_context import get_platform
+
+            platform = get_platform()
+            assert platform.is_cuda and platform.is_sm100 and platform.is_blackwell
+            assert not (platform.is_npu or platform.is_xpu or platform.is_hip)
+            assert not (platform.is_musa or platform.is_mps or platform.has_amx)
+            assert platform.device_sm == 100
+            assert tuple(platform.device_capability) == (10, 0)
+    # The host's answers are back.
+    assert common.is_npu() is True and common.cpu_has_amx_support() is True
+
+
+def test_grace_hosts_answer_arm64():
+    from sglang.srt.utils import common
+
+    for gpu, arm in (("gb200", True), ("h200", False)):
+        with launch.on_gpu(launch.GPUS[gpu]):
+            assert common.is_host_cpu_arm64() is arm, gpu
+            assert common.is_host_cpu_x86() is (not arm), gpu
+
+
+def test_a_platform_fact_the_report_cannot_answer_is_one_line(monkeypatch):
+    if sglang_minor() < 19:
+        pytest.skip("no platform table before 0.5.19")
+    from sglang.srt import runtime_context
+
+    monkeypatch.setitem(runtime_context._PLATFORM_PROBES, "is_tpu", "is_tpu")
+    with pytest.raises(launch.CensusError, match="is_tpu"):
+        with launch.on_gpu(launch.GPUS["h200"]):
+            pass
+
+
+# --- a seam the installed SGLang lacks -----------------------------------------
+
+
+@pytest.mark.parametrize("road", ["launch flags", "census flags"])
+def test_a_report_seam_sglang_lacks_is_one_line_naming_it_and_doctor(
+    road, qwen3_next, capsys, monkeypatch
+):
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    args = (
+        ["--weights-gib", "40", "--", "--model-path", qwen3_next, *NEXTN]
+        if road == "launch flags"
+        else ["--model", "qwen3-next-80b-a3b", "--tp", "4"]
+    )
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "", err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "KVCacheConfigurator._calculate_mamba_ratio" in err
+    assert "sglang-pd-lean doctor" in err
+
+
+def test_doctor_says_the_report_cannot_run_and_what_is_missing(capsys, monkeypatch):
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    code = cli.main(["doctor", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["report_can_run"]
+    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    code = cli.main(["doctor", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["report_can_run"] is False
+    assert [m["seam"] for m in report["missing_seams"]] == [
+        "sglang.srt.mem_cache.kv_cache_configurator."
+        "KVCacheConfigurator._calculate_mamba_ratio"
+    ]
+    assert report["healthy"]  # the plugin itself is fine
+    code = cli.main(["doctor"])
+    out = capsys.readouterr().out
+    assert code == 1 and "report: cannot run on this SGLang" in out
+    assert "_calculate_mamba_ratio" in out

@@ -155,3 +155,21 @@ def test_expert_parallelism_reaches_sglangs_groups(capsys):
         "4",
     )
     assert "for rank 0 of TP 4, EP 4: Qwen3NextForCausalLM" in memory["weights_source"]
+
+
+def test_a_weights_seam_sglang_lacks_falls_back_to_the_index_naming_it(
+    checkpoint, capsys, monkeypatch
+):
+    """A release without the loader's ``_initialize_model``: no build is tried, the
+    index answers, and the source names the seam and ``doctor``."""
+    from sglang.srt.model_loader import loader
+
+    monkeypatch.delattr(loader, "_initialize_model")
+    memory = report_memory(
+        capsys, "--gpu", "h200", "--", "--model-path", checkpoint, "--tp", "4"
+    )
+    assert memory["weights_bytes"] == INDEX_TOTAL // 4
+    source = memory["weights_source"]
+    assert source.startswith("model.safetensors.index.json total_size / TP 4 (")
+    assert "sglang.srt.model_loader.loader._initialize_model" in source
+    assert "sglang-pd-lean doctor" in source

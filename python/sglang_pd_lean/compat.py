@@ -14,15 +14,17 @@ the one answer ``plugin.register()`` acts on and ``doctor`` shows.
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from enum import Enum
 
 from sglang_pd_lean.gates import Gate, all_gates
 from sglang_pd_lean.hook import Hook
-from sglang_pd_lean.upstream import missing_targets, source_of
+from sglang_pd_lean.upstream import source_of
 
 SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
 KILL_SWITCH = "SGLANG_PD_LEAN"
@@ -36,6 +38,7 @@ class GateState(str, Enum):
     NATIVE = "native upstream"  # the installed SGLang does it itself
     NOT_APPLICABLE = "not applicable"  # nothing to gate on this SGLang
     UNSAFE = "not registered: unsafe here"  # applying it would break something
+    MISSING = "not registered: hook target missing"  # no candidate target resolves
     DISABLED = "disabled by kill switch"  # SGLANG_PD_LEAN=0
     UNHANDLED = "needed, not handled"  # upstream changed; no hook for it
 
@@ -72,18 +75,36 @@ def kill_switch_on() -> bool:
     )
 
 
+def names_used(source: str) -> set[str]:
+    """The names ``source``'s code uses: attributes read, functions called, names;
+    never what a comment or a string says. Empty where it does not parse."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return set()
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            used.add(node.attr)
+        elif isinstance(node, ast.Name):
+            used.add(node.id)
+    return used
+
+
 def native_reason(gate: Gate) -> str | None:
-    """Why upstream already does what ``gate`` does, or None: the upstream function
-    it hooks carries one of its ``native_markers`` (from 0.5.18 pool, graph and
-    warmup ask the disaggregation mode themselves, from 0.5.22 the budget asks the
-    pool's own helper; a patched SGLang from ``patches/`` carries them too)."""
-    if not gate.native_markers or gate.target is None:
+    """Why upstream already does what ``gate`` does, or None: the code of the
+    upstream function it hooks uses one of its ``native_markers`` (from 0.5.18 pool,
+    graph and warmup ask the disaggregation mode themselves, from 0.5.22 the budget
+    asks the pool's own helper; a patched SGLang from ``patches/`` uses them too).
+    A marker named only in a comment or a string does not count."""
+    target = gate.target
+    if not gate.native_markers or target is None:
         return None
-    source = source_of(gate.target)
-    found = [marker for marker in gate.native_markers if marker in source]
+    used = names_used(source_of(target))
+    found = [marker for marker in gate.native_markers if marker in used]
     if not found:
         return None
-    return f"upstream {gate.target.rsplit('.', 1)[-1]}() checks {found[0]}"
+    return f"upstream {target.rsplit('.', 1)[-1]}() checks {found[0]}"
 
 
 @dataclass(frozen=True)
@@ -96,11 +117,14 @@ class GatePlan:
 
 
 def _state(gate: Gate) -> tuple[GateState, str]:
+    missing = gate.missing_target()
+    if missing:
+        return GateState.MISSING, f"no hook target resolves: {missing}"
     native = native_reason(gate)
     if native:
         return GateState.NATIVE, native
     reason = gate.applicable()
-    if reason and gate.target is not None:
+    if reason and gate.targets:
         return GateState.UNSAFE, reason
     if reason:
         return GateState.NOT_APPLICABLE, reason
@@ -143,7 +167,7 @@ class Decision:
     version: str | None
     plans: tuple[GatePlan, ...]
     hooks: tuple[Hook, ...]  # every needed gate's hooks
-    missing: tuple[str, ...]  # hook targets SGLang lacks: "target (why)"
+    missing: tuple[str, ...]  # hook targets SGLang lacks: "gate: targets (why)"
     refusal: str | None  # why nothing is registered, for a WARNING
     disabled: bool  # the kill switch is on (an INFO, not a warning)
 
@@ -151,10 +175,15 @@ class Decision:
         return [gate.name for gate in self.plans if gate.state in states]
 
     @property
+    def off(self) -> list[GatePlan]:
+        """Gates this SGLang needs that are not registered, each with why."""
+        trouble = (GateState.MISSING, GateState.UNSAFE, GateState.UNHANDLED)
+        return [gate for gate in self.plans if gate.state in trouble]
+
+    @property
     def healthy(self) -> bool:
         """The plugin can do its whole job on this SGLang (kill switch aside)."""
-        trouble = self.gates_in(GateState.UNHANDLED, GateState.UNSAFE)
-        return self.refusal is None and not trouble
+        return self.refusal is None and not self.off
 
 
 def decide() -> Decision:
@@ -175,15 +204,14 @@ def decide() -> Decision:
             f"Install a supported SGLang or uninstall sglang-pd-lean."
         )
         return Decision(version, plans, (), (), refusal, kill_switch_on())
+    # Per gate, all or nothing: a needed gate's hook targets all resolved (else
+    # it is MISSING, and the gates that require it UNSAFE).
     hooks = tuple(
         hook for gate in plans if gate.state == GateState.NEEDED for hook in gate.hooks
     )
-    missing = tuple(missing_targets([hook.target for hook in hooks]))
-    refusal = None
-    if missing:
-        refusal = (
-            f"SGLang {version} lacks hook target(s) {'; '.join(missing)}: no hooks "
-            f"registered, SGLang runs as upstream. This SGLang build changed what "
-            f"the plugin hooks; report it with `sglang-pd-lean doctor`."
-        )
-    return Decision(version, plans, hooks, missing, refusal, kill_switch_on())
+    missing = tuple(
+        f"{gate.name}: {gate.detail}"
+        for gate in plans
+        if gate.state == GateState.MISSING
+    )
+    return Decision(version, plans, hooks, missing, None, kill_switch_on())

@@ -4,10 +4,12 @@
     SGLANG_PD_LEAN=0            # kill switch: SGLang stays exactly upstream
 
 SGLang's ``load_plugins()`` calls ``register()`` in every process. It acts on
-``compat.decide()``: on an unsupported release or a missing hook target it logs one
-WARNING and registers nothing; otherwise it registers every needed gate's hooks with
-``HookRegistry`` (SGLang applies them) and the record's reporting hooks. All or
-nothing; a second call does nothing (``reset()`` for tests).
+``compat.decide()``: on an unsupported release it logs one WARNING and registers
+nothing; otherwise it registers every needed gate's hooks with ``HookRegistry``
+(SGLang applies them) and the record's reporting hooks. All or nothing per gate: a
+gate whose hook target this SGLang lacks is off, with the gates that require it, and
+one WARNING names them and why; the others apply. A second call does nothing
+(``reset()`` for tests).
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ def register() -> bool:
 
     for hook in decision.hooks:
         HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
+    if decision.off:
+        logger.warning(
+            f"[sglang-pd-lean] SGLang {decision.version}: gate(s) off: "
+            + "; ".join(f"{gate.name} ({gate.detail})" for gate in decision.off)
+            + ". The other gates apply; `sglang-pd-lean doctor` says more."
+        )
     summary = f"[sglang-pd-lean] SGLang {decision.version}: " + ", ".join(
         f"{gate.name} gate {gate.state}" for gate in decision.plans
     )

@@ -27,11 +27,12 @@ import logging
 from enum import Enum
 from typing import Any
 
+from sglang_pd_lean import seams
 from sglang_pd_lean.hook import Hook, When
 
 logger = logging.getLogger(__name__)
 
-SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+SCHEDULER = seams.SCHEDULER
 
 
 class Outcome(str, Enum):

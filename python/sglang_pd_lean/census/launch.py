@@ -5,11 +5,16 @@
     resolved_value(server_args, "page_size"), role_argv(argv, "decode")
 
 The flags go through the installed SGLang's own ``prepare_server_args`` (its parser,
-defaults, role hooks and derivations; on 0.5.22+ ``resolve_once``). What SGLang would
-ask the GPU (is it CUDA, its SM version, its memory, its name) is answered from the
-GPU named here, only while the resolution runs: the probe functions are swapped
-wherever SGLang's modules hold them and put back after. Environment variables and
-the root logger, which resolution touches, are restored too.
+defaults, role hooks and derivations; on 0.5.19+ ``resolve_once``). Every platform
+question SGLang asks (is it CUDA, NPU, XPU, MUSA, MPS, its SM version, its memory,
+its name, the host CPU's AMX) is answered from the GPU named here, only while the
+resolution runs: on 0.5.19+ through SGLang's own ``override_platform`` for every
+fact of its ``_PLATFORM_PROBES`` / ``_PLATFORM_VALUES`` table, and on every release
+by swapping the probe functions wherever SGLang's modules hold them (0.5.23 still
+imports some directly, e.g. ``is_npu``), put back after. ``PROBE_PATTERN`` says
+which functions of ``sglang.srt.utils.common`` are platform probes; a test fails
+when the installed SGLang has one that ``probes`` does not answer. Environment
+variables and the root logger, which resolution touches, are restored too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import io
 import logging
 import os
 import pkgutil
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -103,9 +109,23 @@ def gpu_facts(
     return GPUS[key]
 
 
-def _probes(gpu: Gpu) -> dict[str, Any]:
-    """What each of SGLang's GPU probes (``sglang.srt.utils.common``) answers on ``gpu``."""
+# The functions of ``sglang.srt.utils.common`` that ask what machine this is.
+PROBE_PATTERN = re.compile(
+    r"is_(cuda|cuda_alike|hip|npu|xpu|musa|mps|hpu|cpu|sail)"
+    r"|is_sm\d+\w*|is_(blackwell|hopper|ampere)\w*|is_gfx\d+\w*"
+    r"|is_mnnvl_fabric_device|is_flashinfer_available|is_habana_available"
+    r"|is_host_cpu_\w+|cpu_has_\w+"
+    r"|get_device|get_device_(sm|name|capability|core_count|memory_capacity)"
+    r"|get_nvgpu_memory_capacity"
+)
+
+
+def probes(gpu: Gpu) -> dict[str, Any]:
+    """What each of SGLang's platform probes (``sglang.srt.utils.common``) answers
+    on ``gpu``: an NVIDIA GPU on a host whose CPU is Grace (arm64) for GB200 and
+    x86 otherwise; no other accelerator; the CPU backend (and its AMX kernels) off."""
     major, minor = divmod(gpu.sm, 10)
+    grace = "GB200" in gpu.name or "GB300" in gpu.name
 
     def answer(value):
         return lambda *args, **kwargs: value
@@ -114,6 +134,20 @@ def _probes(gpu: Gpu) -> dict[str, Any]:
         "is_cuda": answer(True),
         "is_cuda_alike": answer(True),
         "is_hip": answer(False),
+        "is_npu": answer(False),
+        "is_xpu": answer(False),
+        "is_musa": answer(False),
+        "is_mps": answer(False),
+        "is_hpu": answer(False),
+        "is_habana_available": answer(False),
+        "is_cpu": answer(False),
+        "is_sail": answer(False),
+        "is_host_cpu_x86": answer(not grace),
+        "is_host_cpu_arm64": answer(grace),
+        "cpu_has_amx_support": answer(False),
+        "is_gfx95_supported": answer(False),
+        "is_gfx942_supported": answer(False),
+        "is_gfx1250_supported": answer(False),
         "is_flashinfer_available": answer(True),
         "get_device": answer("cuda"),
         "get_device_memory_capacity": answer(gpu.memory_mib),
@@ -131,9 +165,34 @@ def _probes(gpu: Gpu) -> dict[str, Any]:
         "is_sm110_supported": answer(major == 11),
         "is_sm100_or_sm110_supported": answer(major in (10, 11)),
         "is_sm120_supported": answer(major == 12),
+        "is_sm120": answer((major, minor) == (12, 0)),
+        "is_sm121": answer((major, minor) == (12, 1)),
         "is_blackwell_supported": answer(major in (10, 11, 12)),
         "is_blackwell": answer(major in (10, 11, 12)),
     }
+
+
+def platform_facts(fakes: dict[str, Any]) -> dict[str, Any] | None:
+    """The facts of SGLang's own platform table (0.5.19+: ``_PLATFORM_PROBES`` and
+    ``_PLATFORM_VALUES``, fact -> probe name) as the fakes answer them; None on a
+    release without it. A fact whose probe we do not answer is an error here, not
+    the host's answer: ``probes`` must cover the table."""
+    from sglang.srt import runtime_context
+
+    table = {
+        **getattr(runtime_context, "_PLATFORM_PROBES", {}),
+        **getattr(runtime_context, "_PLATFORM_VALUES", {}),
+    }
+    if not hasattr(runtime_context, "override_platform") or not table:
+        return None
+    unanswered = sorted(probe for probe in table.values() if probe not in fakes)
+    if unanswered:
+        raise CensusError(
+            f"SGLang's platform table has probe(s) the report does not answer for "
+            f"a named GPU: {', '.join(unanswered)}; `sglang-pd-lean doctor` says "
+            f"more"
+        )
+    return {fact: fakes[probe]() for fact, probe in table.items()}
 
 
 @functools.cache
@@ -178,16 +237,32 @@ def _probe_holders(common, names: tuple[str, ...]) -> list[tuple[Any, str, str]]
 
 @contextlib.contextmanager
 def on_gpu(gpu: Gpu) -> Iterator[None]:
-    """SGLang's GPU probes answer for ``gpu`` in the block, wherever a module of
-    SGLang holds them (by identity), and torch's capability query too; for the
-    local machine (SM 0) they answer as they do."""
+    """SGLang's platform probes answer for ``gpu`` in the block: SGLang's own
+    ``override_platform`` where the release has it, and the probe functions
+    wherever a module of SGLang holds them (by identity), and torch's capability
+    query too; for the local machine (SM 0) they answer as they do."""
     if gpu.sm == 0:
         yield
         return
+    from sglang.srt import runtime_context
+
+    fakes = probes(gpu)
+    facts = platform_facts(fakes)
+    override = (
+        runtime_context.override_platform(**facts)
+        if facts is not None
+        else contextlib.nullcontext()
+    )
+    with override, _swapped(fakes):
+        yield
+
+
+@contextlib.contextmanager
+def _swapped(fakes: dict[str, Any]) -> Iterator[None]:
+    """The probe functions replaced by ``fakes`` wherever SGLang's modules hold them."""
     import torch
     from sglang.srt.utils import common
 
-    fakes = _probes(gpu)
     originals = {n: getattr(common, n) for n in fakes if hasattr(common, n)}
     swapped = []
     for module, attr, name in _probe_holders(common, tuple(fakes)):

@@ -77,7 +77,17 @@ class Build:
     are /dev/null; its answer, or its one-line error, comes back through a pipe."""
 
     def __init__(self, server_args: Any):
+        from sglang_pd_lean import seams
+
         self._error = None
+        lacking = seams.missing(seams.Part.WEIGHTS)
+        if lacking:  # no build: the other sources answer, and say why
+            self._pid = None
+            self._error = (
+                f"SGLang lacks {lacking[0].seam.label} ({lacking[0].seam.why}); "
+                f"`sglang-pd-lean doctor` lists what is missing"
+            )
+            return
         self._read, write = os.pipe()
         try:
             self._pid = os.fork()

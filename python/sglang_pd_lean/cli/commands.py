@@ -67,7 +67,23 @@ def cmd_report(args) -> int:
     if args.png:
         check_png_target(args.png)
     load_sglang_plugins()
+    require_seams()
     return _report(args, census.run(inputs))
+
+
+def require_seams() -> None:
+    """One line naming what the report needs and the installed SGLang lacks."""
+    from sglang_pd_lean import compat, seams
+
+    blockers = seams.missing(seams.Part.REPORT)
+    if blockers:
+        first = blockers[0]
+        more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
+        raise CensusError(
+            f"SGLang {compat.sglang_version()} lacks {first.seam.label}, which the "
+            f"report needs ({first.seam.why}){more}; `sglang-pd-lean doctor` lists "
+            f"what is missing"
+        )
 
 
 def _launch_census(args) -> dict:
@@ -88,6 +104,7 @@ def _launch_census(args) -> dict:
     if args.png:
         check_png_target(args.png)
     load_sglang_plugins()
+    require_seams()
     result = run_launch(launch)
     result.update(advise(launch, result))
     return result

@@ -1,8 +1,9 @@
-"""``sglang-pd-lean doctor``: the installed SGLang, each gate's state, and whether the
-plugin can do its job there (exit code 0 when healthy, 1 otherwise).
+"""``sglang-pd-lean doctor``: the installed SGLang, each gate's state, whether the
+plugin can do its job there, and whether ``report`` can run there (every seam it
+needs, from ``seams.SEAMS``). Exit code 0 when both hold, 1 otherwise.
 
     report = doctor_report()
-    report["healthy"], [gate["state"] for gate in report["gates"]]
+    report["healthy"], report["report_can_run"], report["missing_seams"]
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from sglang_pd_lean.cli.environment import quiet_sglang
 def doctor_report() -> dict:
     """The installed SGLang, every gate's state, and whether the plugin is healthy:
     ``compat.decide()``, the answer ``plugin.register()`` acts on."""
-    from sglang_pd_lean import compat
+    from sglang_pd_lean import compat, seams
 
     decision = compat.decide()
     supported = compat.is_supported(decision.version)
+    missing = seams.missing(version=decision.version) if decision.version else []
+    report_missing = [m for m in missing if m.seam.part == seams.Part.REPORT]
     gates = [
         {
             "name": gate.name,
@@ -39,7 +42,18 @@ def doctor_report() -> dict:
         "missing_hook_targets": list(decision.missing),
         "unhandled_gates": decision.gates_in(compat.GateState.UNHANDLED),
         "unsafe_gates": decision.gates_in(compat.GateState.UNSAFE),
+        "gates_off": {gate.name: gate.detail for gate in decision.off},
         "healthy": decision.healthy,
+        "missing_seams": [
+            {
+                "seam": m.seam.label,
+                "part": m.seam.part.value,
+                "why": m.seam.why,
+                "error": m.error,
+            }
+            for m in missing
+        ],
+        "report_can_run": supported and not report_missing,
     }
 
 
@@ -47,9 +61,10 @@ def cmd_doctor(args) -> int:
     if importlib.util.find_spec("sglang") is not None:
         quiet_sglang()
     report = doctor_report()
+    ok = report["healthy"] and report["report_can_run"]
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0 if report["healthy"] else 1
+        return 0 if ok else 1
     version = report["sglang_version"]
     low, high = report["supported_releases"]
     if version is None:
@@ -67,4 +82,10 @@ def cmd_doctor(args) -> int:
         print(f"unhandled: {name} (this SGLang needs a gate the plugin does not have)")
     for name in report["unsafe_gates"]:
         print(f"not registered: {name} (unsafe on this SGLang, see its detail)")
-    return 0 if report["healthy"] else 1
+    for m in report["missing_seams"]:
+        print(f"missing seam ({m['part']}: {m['why']}): {m['seam']}: {m['error']}")
+    if report["report_can_run"]:
+        print("report: can run on this SGLang (every seam it needs resolves)")
+    else:
+        print("report: cannot run on this SGLang (see the missing seams above)")
+    return 0 if ok else 1

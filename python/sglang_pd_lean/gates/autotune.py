@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_pd_lean import seams
 from sglang_pd_lean.gates.base import (
     Acted,
     Call,
@@ -29,9 +30,7 @@ from sglang_pd_lean.gates.base import (
 class AutotuneGate(Gate):
     name = "autotune"
     summary = "warmup autotune buffers sized 1 token/request on a prefill target"
-    target = (
-        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers"
-    )
+    targets = seams.HOOK_TARGETS["autotune"]
     native_markers = ("disaggregation_mode", "_is_pd_prefill_target")
 
     def owner_of(self, args: tuple, kwargs: dict) -> Any:

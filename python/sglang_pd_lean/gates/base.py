@@ -3,7 +3,7 @@
     class GraphGate(Gate):
         name = "graph"
         summary = "no target-verify CUDA graph capture on a prefill target"
-        target = "sglang.srt...cuda_graph_setup.capture_decode_graph"
+        targets = seams.HOOK_TARGETS["graph"]  # candidates: first that resolves
         native_markers = ("disaggregation_mode",)
 
         def act(self, call: Call) -> Acted | SteppedAside:
@@ -29,6 +29,7 @@ from typing import Any, ClassVar, NamedTuple
 from sglang_pd_lean import record
 from sglang_pd_lean.hook import Hook, When
 from sglang_pd_lean.role import Worker, judge_owner
+from sglang_pd_lean.seams import resolve_first
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +65,18 @@ class Gate:
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    # Dotted path of the upstream function hooked (AROUND); None: nothing to hook.
-    target: ClassVar[str | None]
-    # Strings whose presence in ``target``'s source means upstream does it itself.
+    # Candidate dotted paths of the upstream function hooked (AROUND), from
+    # ``seams.HOOK_TARGETS``: today's name first, a new release's after; the first
+    # the installed SGLang resolves is hooked. (): nothing to hook.
+    targets: ClassVar[tuple[str, ...]]
+    # Names whose use (an attribute read, a call, a name: not a comment or a string)
+    # in ``target``'s code means upstream does it itself.
     native_markers: ClassVar[tuple[str, ...]] = ()
     # Gates whose absence makes this one unsafe (``compat``).
     requires: ClassVar[tuple[str, ...]] = ()
     # Judge the server's target, not the worker that owns the call (draft graphs).
     judge_as_target: ClassVar[bool] = False
-    _contract: ClassVar[tuple[str, ...]] = ("name", "summary", "target")
+    _contract: ClassVar[tuple[str, ...]] = ("name", "summary", "targets")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,20 +84,42 @@ class Gate:
         if missing:
             raise TypeError(
                 f"gate {cls.__name__} lacks {', '.join(missing)}: set them as class "
-                f"attributes (target = None for a gate with nothing to hook)"
+                f"attributes (targets = () for a gate with nothing to hook)"
             )
-        if cls.target is not None and cls.act is Gate.act:
+        if isinstance(cls.targets, str):
             raise TypeError(
-                f"gate {cls.__name__} hooks {cls.target} but defines no act(); "
-                f"set target = None for a gate with nothing to hook"
+                f"gate {cls.__name__}: targets is a tuple of candidate paths, "
+                f"not a string; write targets = ({cls.targets!r},)"
+            )
+        if cls.targets and cls.act is Gate.act:
+            raise TypeError(
+                f"gate {cls.__name__} hooks {cls.targets[0]} but defines no act(); "
+                f"set targets = () for a gate with nothing to hook"
             )
 
     def __repr__(self) -> str:
         return f"<{self.name} gate>"
 
+    @property
+    def target(self) -> str | None:
+        """The hook target: the first candidate the installed SGLang resolves (the
+        first candidate where none does, so messages name it); None: nothing to hook."""
+        if not self.targets:
+            return None
+        found, _ = resolve_first(self.targets)
+        return found or self.targets[0]
+
+    def missing_target(self) -> str | None:
+        """Why no candidate hook target resolves on the installed SGLang, or None."""
+        if not self.targets:
+            return None
+        found, error = resolve_first(self.targets)
+        return None if found else f"{' | '.join(self.targets)} ({error})"
+
     def hooks(self) -> list[Hook]:
         """The ``HookRegistry`` registrations this gate needs."""
-        return [Hook(self.target, self.around, When.AROUND)] if self.target else []
+        target = self.target
+        return [Hook(target, self.around, When.AROUND)] if target else []
 
     def applicable(self) -> str | None:
         """Why this gate does not apply to the installed SGLang, or None."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sglang_pd_lean import record
+from sglang_pd_lean import record, seams
 from sglang_pd_lean.gates.base import (
     Acted,
     Call,
@@ -46,10 +46,7 @@ logger = logging.getLogger(__name__)
 class BudgetGate(Gate):
     name = "budget"
     summary = "no phantom verify-state reservation in a prefill target's memory budget"
-    target = (
-        "sglang.srt.mem_cache.kv_cache_configurator."
-        "KVCacheConfigurator._handle_max_mamba_cache"
-    )
+    targets = seams.HOOK_TARGETS["budget"]
     native_markers = ("_pd_prefill_skips_mamba_spec_state", "disaggregation_mode")
     requires = ("pool",)
 

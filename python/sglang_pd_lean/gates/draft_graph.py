@@ -20,6 +20,7 @@ workers (multi-layer EAGLE, frozen-KV MTP, DFLASH) are left alone.
 
 from __future__ import annotations
 
+from sglang_pd_lean import seams
 from sglang_pd_lean.gates.base import (
     Acted,
     Call,
@@ -34,9 +35,7 @@ from sglang_pd_lean.gates.base import (
 class DraftGraphGate(Gate):
     name = "draft_graph"
     summary = "no draft decode / draft-extend CUDA graphs on a prefill server"
-    target = (
-        "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs"
-    )
+    targets = seams.HOOK_TARGETS["draft_graph"]
     native_markers = ("disaggregation_mode",)
     # The draft's graphs replay only after a target verify: ask about the target.
     judge_as_target = True

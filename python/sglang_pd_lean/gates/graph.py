@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_pd_lean import seams
 from sglang_pd_lean.gates.base import (
     Acted,
     Call,
@@ -34,10 +35,7 @@ from sglang_pd_lean.gates.base import (
 class GraphGate(Gate):
     name = "graph"
     summary = "no target-verify CUDA graph capture on a prefill target"
-    target = (
-        "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
-        "capture_decode_graph"
-    )
+    targets = seams.HOOK_TARGETS["graph"]
     native_markers = ("disaggregation_mode",)
 
     def owner_of(self, args: tuple, kwargs: dict) -> Any:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from sglang_pd_lean import seams
 from sglang_pd_lean.gates.base import (
     Acted,
     Call,
@@ -64,10 +65,7 @@ def transferred_removed_fields() -> list[str] | None:
 class PoolGate(Gate):
     name = "pool"
     summary = "no MambaPool.SpeculativeState on a prefill target"
-    target = (
-        "sglang.srt.mem_cache.kv_cache_configurator."
-        "KVCacheConfigurator._build_hybrid_req_pool"
-    )
+    targets = seams.HOOK_TARGETS["pool"]
     native_markers = ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state")
 
     def applicable(self) -> str | None:

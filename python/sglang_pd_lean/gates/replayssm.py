@@ -29,7 +29,7 @@ VALIDATORS = (
 class ReplaySSMGate(Gate):
     name = "replayssm"
     summary = "no ReplaySSM verify rings on a prefill target"
-    target = None
+    targets = ()
 
     def applicable(self) -> str | None:
         for validator in VALIDATORS:

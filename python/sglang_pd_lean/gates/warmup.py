@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_pd_lean import seams
 from sglang_pd_lean.gates.base import Acted, Call, Gate, without_speculation
 
 
 class WarmupGate(Gate):
     name = "warmup"
     summary = "warmup dummy forward in DECODE, 1 token/request on a prefill target"
-    target = "sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run"
+    targets = seams.HOOK_TARGETS["warmup"]
     native_markers = ("disaggregation_mode", "_is_pd_prefill_target")
 
     def owner_of(self, args: tuple, kwargs: dict) -> Any:

@@ -1,0 +1,347 @@
+"""Every SGLang (and torch-internal) name the plugin and the report touch, in one table.
+
+    from sglang_pd_lean import seams
+    for seam in seams.missing(seams.Part.REPORT):
+        print(seam.label, seam.why, seam.error)
+
+A seam is a dotted path ``HookRegistry`` would resolve (``module.attr`` or
+``module.Class.method``), or several candidates of which the first that resolves
+wins (today's name, then a new release's). ``since`` / ``until`` bound the releases
+that have it where the code asks for it only on some (it checks ``hasattr`` and takes
+an older or newer road elsewhere). Each seam names the part that needs it:
+
+- ``plugin``: the gates' hook targets and what the gates and the role read at run time;
+- ``record``: the scheduler hooks behind ``/server_info``;
+- ``report``: the census and the launch resolution (``sglang-pd-lean report``);
+- ``weights``: the report's build of SGLang's model classes.
+
+``test/test_seams.py`` resolves every entry on the installed release (CI runs it on
+every supported release); ``doctor`` lists what is missing and whether ``report`` can
+run; the report refuses, naming the seam, before it starts. This module imports
+nothing heavy: seams are resolved only when asked.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Part(str, Enum):
+    """Who needs a seam (the value is what doctor shows)."""
+
+    PLUGIN = "plugin"  # a gate's hook target, or what a gate or the role reads
+    RECORD = "record"  # the plugin's /server_info record
+    REPORT = "report"  # sglang-pd-lean report: census and launch resolution
+    WEIGHTS = "weights"  # report: the weights build from SGLang's model classes
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _minor(version: str | None) -> int | None:
+    match = re.match(r"0\.5\.(\d+)", version or "")
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Seam:
+    candidates: tuple[str, ...]  # dotted paths; the first that resolves wins
+    part: Part
+    why: str  # what needs it, in a few words
+    since: int | None = None  # first 0.5.x release that has it (None: all supported)
+    until: int | None = None  # last 0.5.x release that has it (None: all since)
+
+    @property
+    def label(self) -> str:
+        return " | ".join(self.candidates)
+
+    def expected_on(self, version: str | None) -> bool:
+        """Whether a supported ``version`` must have this seam."""
+        minor = _minor(version)
+        if minor is None:
+            return True
+        return (self.since is None or minor >= self.since) and (
+            self.until is None or minor <= self.until
+        )
+
+
+def _s(path: str | tuple[str, ...], part: Part, why: str, **bounds: int) -> Seam:
+    return Seam((path,) if isinstance(path, str) else tuple(path), part, why, **bounds)
+
+
+_KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+_RC = "sglang.srt.runtime_context"
+_PS = "sglang.srt.distributed.parallel_state"
+_COMMON = "sglang.srt.utils.common"
+
+# Each gate's hook target candidates, by gate name (gates read theirs from here).
+HOOK_TARGETS: dict[str, tuple[str, ...]] = {
+    "pool": (f"{_KVC}._build_hybrid_req_pool",),
+    "graph": (
+        "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
+        "capture_decode_graph",
+    ),
+    "warmup": ("sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",),
+    "budget": (f"{_KVC}._handle_max_mamba_cache",),
+    "draft_graph": (
+        "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
+    ),
+    "autotune": (
+        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
+    ),
+}
+
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+
+SEAMS: tuple[Seam, ...] = (
+    *(
+        _s(targets, Part.PLUGIN, f"{gate} gate: hook target")
+        for gate, targets in HOOK_TARGETS.items()
+    ),
+    _s("sglang.srt.plugins.hook_registry.HookRegistry", Part.PLUGIN, "registers hooks"),
+    _s("sglang.srt.plugins.hook_registry.HookType", Part.PLUGIN, "hook types"),
+    _s("sglang.srt.plugins.load_plugins", Part.PLUGIN, "loads the plugin"),
+    _s(
+        "sglang.srt.mem_cache.memory_pool.MambaPool.get_contiguous_buf_infos",
+        Part.PLUGIN,
+        "pool gate: what SGLang transfers to the decode server",
+    ),
+    _s(
+        "sglang.srt.mem_cache.memory_pool.MambaPool._NON_TRANSFER_STATE_FIELDS",
+        Part.PLUGIN,
+        "pool gate: verify state SGLang keeps back from the decode server",
+        since=17,
+    ),
+    _s(
+        "sglang.srt.speculative.spec_info.SpeculativeAlgorithm",
+        Part.PLUGIN,
+        "budget, warmup and autotune gates: speculation off for one call",
+    ),
+    _s(
+        f"{_RC}.RuntimeContext.preserve_config",
+        Part.PLUGIN,
+        "budget gate: upstream's own sizing, for the log line",
+        since=17,
+        until=17,
+    ),
+    _s(f"{_RC}.get_disagg", Part.PLUGIN, "role: disaggregation mode", since=17),
+    _s(f"{_RC}.get_spec", Part.PLUGIN, "role: speculative algorithm", since=17),
+    _s(f"{_RC}.get_memory", Part.PLUGIN, "role: unified memory", since=17),
+    _s(f"{_RC}.get_schedule", Part.PLUGIN, "budget gate: mamba slots", since=17),
+    _s("sglang.srt.utils.is_npu", Part.PLUGIN, "role: NPU pool layout"),
+    _s(
+        (
+            "sglang.srt.arg_groups.attention_hook.handle_linear_attn_backend",
+            "sglang.srt.server_args.ServerArgs",
+        ),
+        Part.PLUGIN,
+        "replayssm gate: SGLang's refusal on a prefill server",
+    ),
+    _s(f"{SCHEDULER}.__init__", Part.RECORD, "announces the gates once logging is up"),
+    _s(
+        f"{SCHEDULER}.get_internal_state",
+        Part.RECORD,
+        "adds the plugin's record to /server_info",
+    ),
+    # The report: launch resolution.
+    _s(
+        "sglang.srt.server_args.prepare_server_args",
+        Part.REPORT,
+        "resolves the launch flags",
+    ),
+    _s(
+        "sglang.srt.server_args.ServerArgs.resolve_once",
+        Part.REPORT,
+        "runs the resolution",
+        since=19,
+    ),
+    _s(
+        "sglang.srt.arg_groups.overrides.resolution_result",
+        Part.REPORT,
+        "reads what the resolution decided",
+        since=19,
+    ),
+    _s(
+        "sglang.srt.arg_groups.arg_utils.record_fields",
+        Part.REPORT,
+        "the fields of ServerArgs",
+        since=20,
+    ),
+    _s("sglang.srt.arg_groups", Part.REPORT, "imported before the GPU answers"),
+    _s(_COMMON, Part.REPORT, "the platform probes answered for the named GPU"),
+    _s(
+        f"{_RC}.override_platform",
+        Part.REPORT,
+        "answers the platform facts for the named GPU",
+        since=19,
+    ),
+    _s(f"{_RC}._PLATFORM_PROBES", Part.REPORT, "the platform facts", since=19),
+    _s(f"{_RC}._PLATFORM_VALUES", Part.REPORT, "the platform values", since=19),
+    # The report: census on SGLang's pools and sizing.
+    _s(
+        "sglang.srt.configs.model_config.ModelConfig.from_server_args",
+        Part.REPORT,
+        "the model config",
+    ),
+    _s(
+        "sglang.srt.configs.hybrid_arch.mambaish_config",
+        Part.REPORT,
+        "the linear-attention config",
+    ),
+    _s(
+        "sglang.srt.distributed.utils.get_pp_indices",
+        Part.REPORT,
+        "the layers of a pipeline stage",
+    ),
+    _s(f"{_RC}.RuntimeContext.override_server_args", Part.REPORT, "publishes a role"),
+    _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
+    _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),
+    _s(f"{_RC}.ParallelContext.override", Part.REPORT, "the TP layout of rank 0"),
+    _s(_KVC, Part.REPORT, "builds and sizes the pools"),
+    _s(f"{_KVC}._build_req_to_token_pool", Part.REPORT, "builds the request pool"),
+    _s(f"{_KVC}._handle_max_mamba_cache", Part.REPORT, "sizes mamba slots and KV"),
+    _s(f"{_KVC}._calculate_mamba_ratio", Part.REPORT, "advice: the automatic split"),
+    _s(f"{_KVC}.config_from_budget", Part.REPORT, "KV tokens from the budget"),
+    _s(f"{_KVC}.resolve_max_num_reqs", Part.REPORT, "running requests"),
+    _s(
+        "sglang.srt.mem_cache.kv_cache_configurator."
+        "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO",
+        Part.REPORT,
+        "mamba slots per running request",
+    ),
+    _s(
+        "sglang.srt.model_executor.pool_configurator.create_memory_pool_configurator",
+        Part.REPORT,
+        "finalises running requests",
+    ),
+    _s(
+        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state."
+        "resolve_spec_aux_hidden_state_config",
+        Part.REPORT,
+        "the draft model's share of the KV budget",
+    ),
+    _s(
+        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state."
+        "SpecAuxHiddenStateConfig",
+        Part.REPORT,
+        "the draft model's share of the KV budget",
+    ),
+    _s(
+        "sglang.srt.model_executor.model_runner_components.layer_setup."
+        "ModelLayerInfo",
+        Part.REPORT,
+        "a pipeline stage's layers",
+    ),
+    _s(
+        "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
+        Part.REPORT,
+        "warmup autotune buffers",
+    ),
+    _s(
+        "sglang.srt.mem_cache.memory_pool.MambaPool.SpeculativeState",
+        Part.REPORT,
+        "verify-only state components",
+    ),
+    _s(
+        "torch._subclasses.fake_tensor.FakeTensorMode",
+        Part.REPORT,
+        "builds pools and models without memory",
+    ),
+    # The report: the weights build.
+    _s(f"{_RC}.SpawnRanks", Part.WEIGHTS, "publishes the launch for rank 0", since=21),
+    _s(f"{_RC}.publish", Part.WEIGHTS, "publishes the launch for rank 0", since=17),
+    _s(
+        f"{_RC}.RuntimeContext.set_server_args",
+        Part.WEIGHTS,
+        "publishes the launch for rank 0 (0.5.16)",
+    ),
+    _s(
+        "sglang.srt.layers.moe.initialize_moe_config",
+        Part.WEIGHTS,
+        "MoE config, as the scheduler sets it",
+    ),
+    _s(f"{_PS}.init_distributed_environment", Part.WEIGHTS, "SGLang's groups"),
+    _s(f"{_PS}.initialize_model_parallel", Part.WEIGHTS, "SGLang's groups"),
+    _s(f"{_PS}.set_custom_all_reduce", Part.WEIGHTS, "custom all-reduce off"),
+    _s(f"{_PS}.get_tensor_model_parallel_world_size", Part.WEIGHTS, "TP width"),
+    _s(f"{_PS}.get_moe_expert_parallel_world_size", Part.WEIGHTS, "EP width"),
+    _s(
+        "sglang.srt.layers.dp_attention.compute_dp_attention_world_info",
+        Part.WEIGHTS,
+        "attention-DP width",
+    ),
+    _s(
+        "sglang.srt.layers.dp_attention.initialize_dp_attention",
+        Part.WEIGHTS,
+        "attention-DP groups",
+    ),
+    _s("sglang.srt.configs.load_config.LoadConfig", Part.WEIGHTS, "dummy load"),
+    _s(
+        "sglang.srt.model_loader.loader._initialize_model",
+        Part.WEIGHTS,
+        "builds the model class",
+    ),
+    _s(
+        "sglang.srt.model_loader.loader._get_quantization_config",
+        Part.WEIGHTS,
+        "the quantization config",
+    ),
+    _s(
+        "torch.testing._internal.distributed.fake_pg.FakeStore",
+        Part.WEIGHTS,
+        "torch's fake process group",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Missing:
+    seam: Seam
+    error: str  # why none of its candidates resolves
+
+    @property
+    def line(self) -> str:
+        return f"{self.seam.label} ({self.seam.part}: {self.seam.why}): {self.error}"
+
+
+def resolve_first(candidates: tuple[str, ...]) -> tuple[str | None, str]:
+    """(the first candidate that resolves, "") or (None, why the last one did not)."""
+    from sglang_pd_lean.upstream import resolve
+
+    error = "no candidates"
+    for candidate in candidates:
+        try:
+            resolve(candidate)
+        except (ImportError, AttributeError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            continue
+        return candidate, ""
+    return None, error
+
+
+def missing(*parts: Part, version: str | None = None) -> list[Missing]:
+    """The seams of ``parts`` (all parts when none given) that the installed SGLang
+    (release ``version``, else the installed one) should have and does not."""
+    if version is None:
+        try:
+            version = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+    out = []
+    for seam in SEAMS:
+        if parts and seam.part not in parts:
+            continue
+        if not seam.expected_on(version):
+            continue
+        found, error = resolve_first(seam.candidates)
+        if found is None:
+            out.append(Missing(seam, error))
+    return out
+
+
+def report_blockers(version: str | None = None) -> list[Missing]:
+    """What ``report`` needs from the installed SGLang and does not find."""
+    return missing(Part.REPORT, Part.WEIGHTS, version=version)

@@ -1,0 +1,112 @@
+"""The one list of SGLang seams (``seams.SEAMS``) against the installed release.
+
+CI runs this on every supported release: a seam that a release renamed or dropped
+fails here first, named, before anything that needs it misbehaves.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+from helpers import sglang_minor
+
+import sglang_pd_lean
+from sglang_pd_lean import seams
+from sglang_pd_lean.gates import all_gates
+
+PACKAGE = pathlib.Path(sglang_pd_lean.__file__).parent
+# Names outside SGLang and torch's private modules, which no release changes here.
+FOREIGN = ("sglang_pd_lean",)
+
+
+def test_every_seam_this_release_should_have_resolves():
+    assert [m.line for m in seams.missing()] == []
+
+
+def test_a_bounded_seam_is_absent_outside_its_releases():
+    """``since``/``until`` say where the code takes another road: they are exact."""
+    minor = sglang_minor()
+    wrong = [
+        seam.label
+        for seam in seams.SEAMS
+        if (seam.since or seam.until)
+        and not seam.expected_on(f"0.5.{minor}")
+        and seams.resolve_first(seam.candidates)[0] is not None
+    ]
+    assert wrong == []
+
+
+def _sglang_names_in(path: pathlib.Path) -> set[str]:
+    """Dotted SGLang / torch-internal names a module of ours imports or spells out."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                names.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("sglang.srt.") and " " not in node.value:
+                names.add(node.value)
+    return {
+        n
+        for n in names
+        if (n.startswith("sglang.srt") or n.startswith("torch._") or "._internal" in n)
+    }
+
+
+def test_every_sglang_name_the_package_touches_is_in_the_list():
+    """An import or a dotted path of SGLang's in our code is a seam entry, or the
+    module of one (``from sglang.srt import runtime_context``)."""
+    listed = {c for seam in seams.SEAMS for c in seam.candidates}
+    unlisted = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "seams.py":
+            continue
+        for name in _sglang_names_in(path):
+            if name in listed or any(c.startswith(name + ".") for c in listed):
+                continue
+            unlisted.setdefault(name, path.relative_to(PACKAGE).as_posix())
+    assert unlisted == {}
+
+
+def test_each_gate_hooks_its_listed_candidates():
+    for gate in all_gates():
+        assert gate.targets == seams.HOOK_TARGETS.get(gate.name, ()), gate
+        if gate.targets:
+            assert gate.target in gate.targets, gate
+
+
+def test_a_seam_names_the_part_that_needs_it():
+    for seam in seams.SEAMS:
+        assert isinstance(seam.part, seams.Part) and seam.why, seam
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.18", "0.5.23"])
+def test_release_bounds_follow_the_version(version):
+    bounded = seams.Seam(("x.y",), seams.Part.REPORT, "test", since=17, until=22)
+    minor = int(version.rsplit(".", 1)[1])
+    assert bounded.expected_on(version) == (17 <= minor <= 22)
+    assert bounded.expected_on("0.6.1")  # not a 0.5.x release: asked for
+
+
+def test_a_missing_seam_is_named_with_its_part_and_cause():
+    gone = seams.Seam(
+        ("sglang.srt.mem_cache.memory_pool.NoSuchPool",),
+        seams.Part.REPORT,
+        "a test seam",
+    )
+    found, error = seams.resolve_first(gone.candidates)
+    assert found is None and "NoSuchPool" in error
+    line = seams.Missing(gone, error).line
+    assert "NoSuchPool" in line and "report" in line and "a test seam" in line
+
+
+def test_the_first_candidate_that_resolves_wins():
+    real = "sglang.srt.mem_cache.memory_pool.MambaPool"
+    assert seams.resolve_first(("sglang.srt.mem_cache.memory_pool.Gone", real)) == (
+        real,
+        "",
+    )
