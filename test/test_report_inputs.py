@@ -1,0 +1,210 @@
+"""What the operator types reaches SGLang as typed: the GPU facts (published
+figures, not the code's table), the units of ``--gpu-memory-gib`` and ``--gpu-sm``,
+the terms of the available-memory formula, the role the flags name (either flag
+spelling SGLang accepts), and every census flag, each to its own input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from formulas import GIB
+from helpers import NEXTN
+
+from sglang_pd_lean import cli
+from sglang_pd_lean.census import launch
+
+# nvidia-smi's memory.total (MiB) and the compute capability of each part.
+PUBLISHED = {
+    "a100-80gb": ("NVIDIA A100-SXM4-80GB", 81920, (8, 0)),
+    "h100": ("NVIDIA H100 80GB HBM3", 81559, (9, 0)),
+    "h20": ("NVIDIA H20", 97871, (9, 0)),
+    "h200": ("NVIDIA H200", 143771, (9, 0)),
+    "b200": ("NVIDIA B200", 183359, (10, 0)),
+    "gb200": ("NVIDIA GB200", 189471, (10, 0)),
+}
+
+
+def report_json(capsys, *args: str) -> dict:
+    code = cli.main(["report", "--json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("gpu", sorted(PUBLISHED))
+def test_a_named_gpu_answers_sglangs_probes_with_its_published_facts(gpu):
+    from sglang.srt.utils import common
+
+    name, memory_mib, capability = PUBLISHED[gpu]
+    with launch.on_gpu(launch.gpu_facts(gpu)):
+        assert common.get_device_name() == name
+        assert common.get_device_memory_capacity() == memory_mib
+        assert common.get_device_capability() == capability
+        assert common.get_device_sm() == capability[0] * 10 + capability[1]
+        assert common.is_sm90_supported() is (capability[0] == 9)
+        assert common.is_sm100_supported() is (capability[0] == 10)
+        assert common.is_blackwell_supported() is (capability[0] >= 10)
+
+
+def test_gpu_memory_gib_and_sm_are_gib_and_major_minor():
+    """96 GiB is 98,304 MiB to SGLang; SM 103 is capability (10, 3)."""
+    from sglang.srt.utils import common
+
+    with launch.on_gpu(launch.gpu_facts(None, 96.0, 103)):
+        assert common.get_device_memory_capacity() == 96 * 1024
+        assert common.get_device_capability() == (10, 3)
+        assert common.get_device_sm() == 103
+        assert common.is_sm100_supported() and not common.is_sm90_supported()
+
+
+@pytest.fixture(scope="module")
+def h200_report() -> dict:
+    code_out = {}
+
+    def run():
+        import contextlib
+        import io
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code_out["code"] = cli.main(
+                ["report", "--json", "--model", "qwen3-next-80b-a3b", "--gpu", "h200"]
+                + ["--", "--tp", "4", *NEXTN]
+            )
+        return json.loads(out.getvalue())
+
+    result = run()
+    assert code_out["code"] == 0
+    return result
+
+
+def test_the_named_gpu_reaches_the_report_as_published(h200_report):
+    gpu = h200_report["launch"]["gpu"]
+    assert (gpu["name"], gpu["memory_mib"]) == PUBLISHED["h200"][:2]
+    memory = h200_report["memory"]["null"]
+    assert memory["gpu_gib"] == 143771 / 1024
+
+
+def test_available_memory_is_total_less_context_times_mfs_less_both_weights(
+    h200_report,
+):
+    """SGLang's ``total_rest_memory``: (T - C) * mem_fraction_static - W, with
+    C = 1 GiB and W the target's and the draft's weights (both built here)."""
+    memory = h200_report["memory"]["null"]
+    mfs = h200_report["resolved"]["null"]["mem_fraction_static"]
+    assert memory["mem_fraction_static"] == mfs
+    assert memory["draft_weights_bytes"] > 0 and memory["weights_bytes"] > 0
+    weights = memory["weights_bytes"] + memory["draft_weights_bytes"]
+    expected = (143771 / 1024 - 1.0) * mfs - weights / GIB
+    assert memory["available_gib"] == pytest.approx(expected, rel=1e-12)
+    assert h200_report["inputs"]["available_gib"] == memory["available_gib"]
+
+
+@pytest.mark.parametrize(
+    "argv,role",
+    [
+        (["--tp", "4"], "null"),
+        (["--disaggregation-mode", "prefill"], "prefill"),
+        (["--disaggregation-mode=decode"], "decode"),
+        (
+            ["--disaggregation-mode=prefill", "--disaggregation-mode", "decode"],
+            "decode",
+        ),
+        (
+            ["--disaggregation-mode", "decode", "--disaggregation-mode=prefill"],
+            "prefill",
+        ),
+    ],
+)
+def test_the_role_the_flags_name_is_the_last_one_in_either_spelling(argv, role):
+    """argparse keeps the last of repeated flags, in either spelling."""
+    assert launch.given_role(argv) == role
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--tp", "4", "--disaggregation-mode", "prefill"],
+        ["--disaggregation-mode=prefill", "--tp", "4"],
+        ["--tp", "4"],
+    ],
+)
+def test_another_role_replaces_the_flag_in_either_spelling(argv):
+    out = launch.role_argv(argv, "decode")
+    assert out == ["--tp", "4", "--disaggregation-mode", "decode"]
+
+
+@pytest.mark.parametrize("spelling", ["split", "equals"])
+def test_model_path_in_either_spelling(spelling):
+    argv = (
+        ["--tp", "2", "--model-path", "/m"]
+        if spelling == "split"
+        else ["--model-path=/m", "--tp", "2"]
+    )
+    assert launch.model_path(argv) == "/m"
+    assert launch.model_path(["--tp", "2"]) is None
+
+
+def test_the_launch_flags_equals_spelling_resolves_as_the_split_one(capsys):
+    split = report_json(
+        capsys,
+        "--model",
+        "qwen3-next-80b-a3b",
+        "--weights-gib",
+        "40",
+        "--",
+        "--tp",
+        "4",
+        "--disaggregation-mode",
+        "prefill",
+        "--max-running-requests",
+        "64",
+    )
+    equals = report_json(
+        capsys,
+        "--model",
+        "qwen3-next-80b-a3b",
+        "--weights-gib",
+        "40",
+        "--",
+        "--tp=4",
+        "--disaggregation-mode=prefill",
+        "--max-running-requests=64",
+    )
+    assert equals["launch"]["role"] == split["launch"]["role"] == "prefill"
+    assert equals["resolved"] == split["resolved"]
+    assert equals["resolved"]["prefill"]["tp_size"] == 4
+    assert equals["resolved"]["prefill"]["max_running_requests"] == 64
+
+
+def test_every_census_flag_reaches_its_own_input(capsys):
+    """Distinct values, so a dropped or swapped argument shows."""
+    result = report_json(
+        capsys,
+        "--model",
+        "qwen3-next-80b-a3b",
+        "--tp",
+        "2",
+        "--max-running-requests",
+        "24",
+        "--max-mamba-cache-size",
+        "77",
+        "--speculative-num-draft-tokens",
+        "3",
+        "--mamba-ssm-dtype",
+        "bfloat16",
+        "--context-length",
+        "4096",
+        "--available-gib",
+        "33.5",
+    )
+    inputs = result["inputs"]
+    assert inputs["tp"] == 2 and inputs["pp"] == 1
+    assert inputs["max_running_requests"] == 24
+    assert inputs["max_mamba_cache_size"] == 77
+    assert inputs["speculative_num_draft_tokens"] == 3
+    assert inputs["mamba_ssm_dtype"] == "bfloat16"
+    assert inputs["context_length"] == 4096
+    assert inputs["available_gib"] == 33.5
+    assert result["roles"]["prefill"]["upstream"]["mamba_slots"] == 77
