@@ -302,11 +302,13 @@ def _draft_config(server_args, model_config):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
-    if algorithm.is_none() or (hasattr(algorithm, "is_ngram") and algorithm.is_ngram()):
-        return None  # no draft model
+    # The published (resolved) values: 0.5.19 to 0.5.21 keep NEXTN in the raw field
+    # and resolve it to EAGLE, and their from_string knows no NEXTN.
     spec = runtime_context.get_spec() if hasattr(runtime_context, "get_spec") else None
     source = spec if spec is not None else server_args
+    algorithm = SpeculativeAlgorithm.from_string(source.speculative_algorithm)
+    if algorithm.is_none() or (hasattr(algorithm, "is_ngram") and algorithm.is_ngram()):
+        return None  # no draft model
     return ModelConfig.from_server_args(
         server_args,
         model_path=getattr(source, "speculative_draft_model_path", None),
