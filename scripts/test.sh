@@ -10,8 +10,10 @@
 #   SGLANG_PD_LEAN_E2E_VERSIONS=0.5.23              where the e2e servers run
 #   SGLANG_PD_LEAN_JOBS=2                           releases without servers run
 #                                                   this many at a time
-# The e2e releases run first, one at a time (their servers are timed); the others
-# then run side by side, each pytest's output shown whole when it ends.
+# The e2e releases run first, one at a time, their output shown as it comes (their
+# servers are timed); then every other release's venv is set up, one after another
+# (the editable install writes into this checkout), and their suites run side by
+# side, each pytest's output shown whole when it ends.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 all="0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
@@ -26,8 +28,8 @@ logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 started=$SECONDS
 
-# run_release VERSION SERVERS(0|1) [PYTEST ARGS]: set-up and pytest, all output in
-# $logs/VERSION.
+# run_release VERSION SERVERS(0|1) [PYTEST ARGS]: set-up and pytest, all output on
+# stdout.
 run_release() {
   local version="$1" servers="$2" start=$SECONDS venv
   shift 2
@@ -45,7 +47,7 @@ run_release() {
       "${extra[@]}" "$@") || echo pytest > "$logs/$version.failed"
     echo "=== SGLang $version: pytest took $((SECONDS - start)) s" \
       "$([ "$servers" = 1 ] && echo "(with the e2e servers)" || echo "(no e2e servers)")"
-  } > "$logs/$version" 2>&1
+  } 2>&1
 }
 
 serial=()
@@ -59,16 +61,16 @@ for version in $versions; do
 done
 for version in "${serial[@]}"; do
   run_release "$version" 1 "$@"
-  cat "$logs/$version"
 done
-# The shared base is built once, before anything runs side by side.
-if [ ${#parallel[@]} -gt 0 ]; then
-  bash "$here/scripts/ensure_venv.sh" "${parallel[0]}" > /dev/null \
-    || echo "(set-up of ${parallel[0]} failed; its run says more)"
-fi
+# Set-up one release after another (the shared base, the editable install into this
+# checkout); a failure shows again in that release's run.
+for version in "${parallel[@]}"; do
+  bash "$here/scripts/ensure_venv.sh" "$version" > /dev/null \
+    || echo "=== SGLang $version: set-up failed (its run says more)"
+done
 running=()
 for version in "${parallel[@]}"; do
-  run_release "$version" 0 "$@" &
+  run_release "$version" 0 "$@" > "$logs/$version" &
   running+=("$!:$version")
   while [ ${#running[@]} -ge "$jobs" ]; do
     wait "${running[0]%%:*}"

@@ -144,3 +144,35 @@ def test_doctor_under_the_kill_switch_disables_needed_gates_and_keeps_native_one
     for gate in disabled:
         row = next(line for line in text.splitlines() if line.startswith(gate + " "))
         assert "disabled by kill switch" in row
+
+
+def test_an_unsafe_gate_fails_doctor_and_takes_the_gates_requiring_it(
+    monkeypatch, capsys
+):
+    """The pool gate unsafe (SGLang would transfer what it removes): the budget gate,
+    which requires it, is off too where it is needed; every other gate as before."""
+    from sglang_pd_lean.gates import all_gates, pool
+
+    before = {g.name: g.state for g in compat.plan()}
+    monkeypatch.setattr(
+        type(pool.GATE), "applicable", lambda self: "SGLang transfers the state"
+    )
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    states = {gate["name"]: gate["state"] for gate in report["gates"]}
+    requiring = {g.name for g in all_gates() if "pool" in g.requires}
+    if upstream_has("pool"):  # native: upstream does it, nothing to be unsafe about
+        assert code == 0 and states == {k: v.value for k, v in before.items()}
+        return
+    assert code == 1 and report["healthy"] is False
+    assert states["pool"] == compat.GateState.UNSAFE
+    assert report["gates_off"]["pool"] == "SGLang transfers the state"
+    for name, state in before.items():
+        if name in requiring and state == compat.GateState.NEEDED:
+            assert states[name] == compat.GateState.UNSAFE, name
+            assert "pool" in report["gates_off"][name]
+        elif name != "pool":
+            assert states[name] == state, name
+    assert sorted(report["unsafe_gates"]) == sorted(
+        {"pool"} | {n for n in requiring if before[n] == compat.GateState.NEEDED}
+    )

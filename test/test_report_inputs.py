@@ -147,31 +147,11 @@ def test_model_path_in_either_spelling(spelling):
 
 
 def test_the_launch_flags_equals_spelling_resolves_as_the_split_one(capsys):
-    split = report_json(
-        capsys,
-        "--model",
-        "qwen3-next-80b-a3b",
-        "--weights-gib",
-        "40",
-        "--",
-        "--tp",
-        "4",
-        "--disaggregation-mode",
-        "prefill",
-        "--max-running-requests",
-        "64",
-    )
-    equals = report_json(
-        capsys,
-        "--model",
-        "qwen3-next-80b-a3b",
-        "--weights-gib",
-        "40",
-        "--",
-        "--tp=4",
-        "--disaggregation-mode=prefill",
-        "--max-running-requests=64",
-    )
+    flags = {"--tp": "4", "--disaggregation-mode": "prefill"}
+    flags["--max-running-requests"] = "64"
+    model = ("--model", "qwen3-next-80b-a3b", "--weights-gib", "40", "--")
+    split = report_json(capsys, *model, *(x for kv in flags.items() for x in kv))
+    equals = report_json(capsys, *model, *(f"{k}={v}" for k, v in flags.items()))
     assert equals["launch"]["role"] == split["launch"]["role"] == "prefill"
     assert equals["resolved"] == split["resolved"]
     assert equals["resolved"]["prefill"]["tp_size"] == 4

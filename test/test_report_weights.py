@@ -173,3 +173,37 @@ def test_a_weights_seam_sglang_lacks_falls_back_to_the_index_naming_it(
     assert source.startswith("model.safetensors.index.json total_size / TP 4 (")
     assert "sglang.srt.model_loader.loader._initialize_model" in source
     assert "sglang-pd-lean doctor" in source
+
+
+# SGLang's reading of a boolean variable (``environ.EnvBool``), written out.
+SGLANG_BOOLEANS = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "Y": True,
+    "TRUE": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "N": False,
+    "False": False,
+}
+
+
+@pytest.mark.parametrize("value", sorted(SGLANG_BOOLEANS))
+def test_the_build_switch_reads_as_sglang_reads_its_booleans(value, monkeypatch):
+    monkeypatch.setenv(BUILD_ENV, value)
+    assert weights.build_weights() is SGLANG_BOOLEANS[value]
+
+
+def test_the_build_is_on_unless_switched_off(monkeypatch):
+    monkeypatch.delenv(BUILD_ENV, raising=False)
+    assert weights.build_weights() is True
+
+
+def test_a_build_switch_that_is_no_boolean_is_one_line(checkpoint, capsys, monkeypatch):
+    monkeypatch.setenv(BUILD_ENV, "sometimes")
+    code = cli.main(["report", "--gpu", "h200", "--", "--model-path", checkpoint])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{BUILD_ENV}=sometimes" in err

@@ -250,6 +250,11 @@ SEAMS: tuple[Seam, ...] = (
         Part.REPORT,
         "builds pools and models without memory",
     ),
+    _s(
+        "sglang.srt.environ.EnvBool",
+        Part.REPORT,
+        "reads SGLANG_PD_LEAN_BUILD_WEIGHTS as SGLang reads a boolean",
+    ),
     # The report: the weights build.
     _s(f"{_RC}.SpawnRanks", Part.WEIGHTS, "publishes the launch for rank 0", since=21),
     _s(f"{_RC}.publish", Part.WEIGHTS, "publishes the launch for rank 0", since=17),

@@ -45,7 +45,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from sglang_pd_lean.census.inputs import one_line
+from sglang_pd_lean.census.inputs import CensusError, one_line
 
 # The child process's limit: a model that takes longer to build is not built.
 TIMEOUT_S = 600
@@ -63,9 +63,17 @@ BUILD_ENV = "SGLANG_PD_LEAN_BUILD_WEIGHTS"
 
 def build_weights() -> bool:
     """Whether the report builds SGLang's model classes (``SGLANG_PD_LEAN_BUILD_WEIGHTS``,
-    default on; off with false/0/no/off, as SGLang reads its boolean variables)."""
-    value = os.environ.get(BUILD_ENV, "true").strip().lower()
-    return value not in ("false", "0", "no", "off")
+    default on), read as SGLang reads its boolean variables (``environ.EnvBool``:
+    true/1/yes/y or false/0/no/n, any case); anything else is a one-line error."""
+    value = os.environ.get(BUILD_ENV)
+    if value is None:
+        return True
+    from sglang.srt.environ import EnvBool
+
+    try:
+        return EnvBool(True).parse(value.strip())
+    except ValueError as exc:
+        raise CensusError(f"{BUILD_ENV}={value}: {exc}") from None
 
 
 class Build:
