@@ -207,3 +207,61 @@ def test_a_build_switch_that_is_no_boolean_is_one_line(checkpoint, capsys, monke
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"{BUILD_ENV}=sometimes" in err
+
+
+def test_groups_without_the_launchs_ep_fall_back_to_the_index_and_say_why(
+    checkpoint, capsys, monkeypatch
+):
+    """SGLang's groups built with another EP width than the launch resolved (as a
+    release that stopped reading it would): the weights per rank would be another
+    launch's, so the index answers and the source names the width."""
+    from sglang.srt.distributed import parallel_state as ps
+
+    monkeypatch.setattr(ps, "get_moe_expert_parallel_world_size", lambda: 1)
+    memory = report_memory(
+        capsys, "--gpu", "h200", "--", "--model-path", checkpoint, "--tp", "4"
+    )  # EP 1 resolved, EP 1 built: the class answers
+    assert memory["weights_source"].startswith("SGLang's model class"), memory
+    memory = report_memory(
+        capsys,
+        "--gpu",
+        "h200",
+        "--",
+        "--model-path",
+        checkpoint,
+        "--tp",
+        "4",
+        "--ep",
+        "4",
+    )
+    assert memory["weights_bytes"] == INDEX_TOTAL // 4
+    assert "EP 1 (the launch resolved 4)" in memory["weights_source"]
+
+
+def test_a_width_argument_sglang_no_longer_takes_falls_back_to_the_index(
+    checkpoint, capsys, monkeypatch
+):
+    import inspect
+
+    from sglang.srt.distributed import parallel_state as ps
+
+    original = ps.initialize_model_parallel
+    signature = inspect.signature(original)
+    if "expert_model_parallel_size" not in signature.parameters:
+        pytest.skip("this SGLang takes no widths: it reads the published launch")
+
+    def narrowed(*args, **kwargs):
+        return original(*args, **kwargs)
+
+    narrowed.__signature__ = signature.replace(
+        parameters=[
+            p
+            for p in signature.parameters.values()
+            if p.name != "expert_model_parallel_size"
+        ]
+    )
+    monkeypatch.setattr(ps, "initialize_model_parallel", narrowed)
+    argv = ["--model-path", checkpoint, "--tp", "4", "--ep", "4"]
+    memory = report_memory(capsys, "--gpu", "h200", "--", *argv)
+    assert memory["weights_bytes"] == INDEX_TOTAL // 4
+    assert "takes no expert_model_parallel_size=4" in memory["weights_source"]

@@ -283,6 +283,12 @@ SEAMS: tuple[Seam, ...] = (
         Part.WEIGHTS,
         "attention-DP groups",
     ),
+    _s(
+        "sglang.srt.layers.dp_attention.get_attention_dp_size",
+        Part.WEIGHTS,
+        "checks the attention-DP width built (0.5.21+: get_parallel)",
+        until=20,
+    ),
     _s("sglang.srt.configs.load_config.LoadConfig", Part.WEIGHTS, "dummy load"),
     _s(
         "sglang.srt.model_loader.loader._initialize_model",

@@ -206,6 +206,60 @@ def _publish(server_args) -> None:
             initialize_moe_config(server_args)
 
 
+class WidthMismatch(RuntimeError):
+    """SGLang's groups would not have, or do not have, the launch's widths."""
+
+
+def _built_widths() -> dict[str, int]:
+    """TP, EP and attention-DP widths of the groups SGLang built for rank 0."""
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention
+
+    if hasattr(dp_attention, "get_attention_dp_size"):  # up to 0.5.20
+        attn_dp = dp_attention.get_attention_dp_size()
+    else:
+        from sglang.srt.runtime_context import get_parallel
+
+        attn_dp = get_parallel().attn_dp_size
+    return {
+        "TP": ps.get_tensor_model_parallel_world_size(),
+        "EP": ps.get_moe_expert_parallel_world_size(),
+        "attention DP": attn_dp,
+    }
+
+
+def _resolved_widths(server_args) -> dict[str, int]:
+    """The widths SGLang resolved for the launch: TP, EP, and attention DP (the DP
+    width where DP attention is on, else 1)."""
+    from sglang_pd_lean.census.launch import resolved_value
+
+    def value(name: str, default: int = 1) -> int:
+        got = resolved_value(server_args, name)
+        return default if got is None else got
+
+    dp_attention = bool(resolved_value(server_args, "enable_dp_attention"))
+    return {
+        "TP": value("tp_size"),
+        "EP": value("ep_size"),
+        "attention DP": value("dp_size") if dp_attention else 1,
+    }
+
+
+def check_widths(server_args) -> dict[str, int]:
+    """The built groups' widths, after checking them against the resolved launch;
+    ``WidthMismatch`` naming each that differs (the weights per rank would be
+    another launch's)."""
+    built, resolved = _built_widths(), _resolved_widths(server_args)
+    wrong = [
+        f"{name} {built[name]} (the launch resolved {resolved[name]})"
+        for name in resolved
+        if built[name] != resolved[name]
+    ]
+    if wrong:
+        raise WidthMismatch(f"SGLang's groups have {', '.join(wrong)}")
+    return built
+
+
 def _groups(server_args, model_config) -> None:
     """SGLang's process groups for rank 0 of the launch, over torch's fake group."""
     import torch.distributed as dist
@@ -245,10 +299,26 @@ def _groups(server_args, model_config) -> None:
             kwargs = {
                 arg: getattr(server_args, width) if isinstance(width, str) else width
                 for arg, width in widths.items()
-                if _accepts(ps.initialize_model_parallel, arg)
-                and (not isinstance(width, str) or hasattr(server_args, width))
+                if not isinstance(width, str) or hasattr(server_args, width)
             }
-            ps.initialize_model_parallel(backend="fake", **kwargs)
+            refused = [
+                f"{arg}={value}"
+                for arg, value in kwargs.items()
+                if not _accepts(ps.initialize_model_parallel, arg) and value != 1
+            ]
+            if refused:  # building without it would build the wrong groups
+                raise WidthMismatch(
+                    f"this SGLang's initialize_model_parallel takes no "
+                    f"{', '.join(refused)}"
+                )
+            ps.initialize_model_parallel(
+                backend="fake",
+                **{
+                    a: v
+                    for a, v in kwargs.items()
+                    if _accepts(ps.initialize_model_parallel, a)
+                },
+            )
         else:
             ps.initialize_model_parallel(backend="fake")
     finally:
@@ -332,13 +402,13 @@ def build(server_args: Any) -> dict:
     import logging
 
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.distributed import parallel_state as ps
 
     logging.disable(logging.CRITICAL)  # SGLang's notes about kernels a CPU lacks
     _kernels_a_cpu_lacks()
     _publish(server_args)
     model_config = ModelConfig.from_server_args(server_args)
     _groups(server_args, model_config)
+    widths = check_widths(server_args)
     target, target_class = _bytes_of(model_config)
     draft, draft_class = 0, None
     draft_config = _draft_config(server_args, model_config)
@@ -349,6 +419,6 @@ def build(server_args: Any) -> dict:
         "draft_bytes": draft,
         "target_class": target_class,
         "draft_class": draft_class,
-        "tp": ps.get_tensor_model_parallel_world_size(),  # as SGLang's groups have it
-        "ep": ps.get_moe_expert_parallel_world_size(),
+        "tp": widths["TP"],  # as SGLang's groups have them (checked)
+        "ep": widths["EP"],
     }
