@@ -176,3 +176,52 @@ def test_an_unsafe_gate_fails_doctor_and_takes_the_gates_requiring_it(
     assert sorted(report["unsafe_gates"]) == sorted(
         {"pool"} | {n for n in requiring if before[n] == compat.GateState.NEEDED}
     )
+
+
+def test_docs_releases_md_holds_this_releases_doctor_row():
+    """docs/releases.md (scripts/releases_table.sh) matches doctor on the installed
+    release: CI runs this on every supported release."""
+    import pathlib
+
+    from sglang_pd_lean.cli.doctor import doctor_report, release_row
+
+    table = pathlib.Path(__file__).parents[1] / "docs" / "releases.md"
+    version = compat.sglang_version()
+    rows = [
+        line
+        for line in table.read_text().splitlines()
+        if line.startswith(f"| {version} |")
+    ]
+    assert rows == [release_row(doctor_report())]
+
+
+def test_a_release_row_reads_each_gates_state_and_the_report():
+    report = {
+        "sglang_version": "0.5.99",
+        "gates": [
+            {"name": "pool", "state": "native upstream"},
+            {"name": "budget", "state": "not registered: hook target missing"},
+        ],
+        "report_can_run": False,
+        "missing_seams": [{"seam": "sglang.srt.x.KVCacheConfigurator._gone"}],
+    }
+    from sglang_pd_lean.cli.doctor import release_row
+
+    assert release_row(report) == "| 0.5.99 | native | missing | no | _gone |"
+
+
+def test_doctor_seams_lists_every_seam_found_or_missing(capsys, monkeypatch):
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    from sglang_pd_lean import seams
+
+    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    code, out = doctor(capsys, "--seams")
+    lines = [
+        line
+        for line in out.splitlines()
+        if line.split(" ", 1)[0] in ("found", "MISSING", "absent")
+    ]
+    assert len(lines) == len(seams.SEAMS)
+    gone = [line for line in lines if line.startswith("MISSING")]
+    assert len(gone) == 1 and "_calculate_mamba_ratio" in gone[0] and code == 1

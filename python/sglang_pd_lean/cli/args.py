@@ -193,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="what the installed SGLang does natively and what we apply"
     )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument(
+        "--seams",
+        action="store_true",
+        help="list every SGLang seam the plugin and report touch, found or missing",
+    )
     return parser
 
 

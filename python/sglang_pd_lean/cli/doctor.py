@@ -22,6 +22,20 @@ def doctor_report() -> dict:
     decision = compat.decide()
     supported = compat.is_supported(decision.version)
     missing = seams.missing(version=decision.version) if decision.version else []
+    every = (
+        [
+            {
+                "seam": seam.label,
+                "part": seam.part.value,
+                "why": seam.why,
+                "found": seams.resolve_first(seam.candidates)[0],
+                "expected": seam.expected_on(decision.version),
+            }
+            for seam in seams.SEAMS
+        ]
+        if decision.version
+        else []
+    )
     report_missing = [m for m in missing if m.seam.part == seams.Part.REPORT]
     gates = [
         {
@@ -54,6 +68,7 @@ def doctor_report() -> dict:
             for m in missing
         ],
         "report_can_run": supported and not report_missing,
+        "seams": every,
     }
 
 
@@ -70,6 +85,14 @@ def cmd_doctor(args) -> int:
     if version is None:
         print(f"SGLang: not installed (supported: {low} to {high})")
         return 1
+    if args.seams:
+        for seam in report["seams"]:
+            state = (
+                "found"
+                if seam["found"]
+                else ("MISSING" if seam["expected"] else "absent (not on this release)")
+            )
+            print(f"{state:30}{seam['part']:9}{seam['found'] or seam['seam']}")
     print(f"SGLang {version}")
     print(f"supported: {'yes' if report['supported'] else 'no'} ({low} to {high})")
     width = max(len(gate["state"]) for gate in report["gates"]) + 2
@@ -89,3 +112,33 @@ def cmd_doctor(args) -> int:
     else:
         print("report: cannot run on this SGLang (see the missing seams above)")
     return 0 if ok else 1
+
+
+# A gate's state in docs/releases.md, short.
+RELEASE_CELLS = {
+    "native upstream": "native",
+    "applied by the plugin": "plugin",
+    "not applicable": "n/a",
+    "not registered: unsafe here": "unsafe",
+    "not registered: hook target missing": "missing",
+    "needed, not handled": "unhandled",
+    "disabled by kill switch": "off",
+}
+
+
+def release_row(report: dict) -> str:
+    """One release's row of docs/releases.md, from its ``doctor --json``."""
+    cells = [report["sglang_version"]]
+    cells += [RELEASE_CELLS.get(g["state"], g["state"]) for g in report["gates"]]
+    cells.append("yes" if report["report_can_run"] else "no")
+    missing = [m["seam"].rsplit(".", 1)[-1] for m in report["missing_seams"]]
+    cells.append(", ".join(missing) or "none")
+    return "| " + " | ".join(cells) + " |"
+
+
+def release_table(reports: list[dict]) -> str:
+    """docs/releases.md's table: one row per release's ``doctor --json``."""
+    gates = [g["name"] for g in reports[0]["gates"]]
+    head = ["SGLang", *gates, "report runs", "missing seams"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + [release_row(r) for r in reports])
