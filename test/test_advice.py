@@ -276,3 +276,38 @@ def test_png_shows_the_kv_cache_per_role_column_and_choice(result, tmp_path):
     # The pool legend sits outside the pool axes and clear of the capacity bars.
     box = pools.get_legend().get_window_extent()
     assert not any(box.overlaps(p.get_window_extent()) for p in kv.patches)
+
+
+@budget_acts
+def test_the_advice_table_puts_each_figure_under_its_heading_in_order(result):
+    """Upstream's row first, then each choice's row with its ``add:`` line right
+    under it, (a) to (c); every figure under its own heading."""
+    import re
+
+    text = launch(table=True)
+    lines = text[text.index("How to spend") :].splitlines()[1:]
+    header = re.split(r"\s{2,}", lines[0].strip())
+    assert header == ["KV cache", "KV tokens", "mamba slots", "request slots", "fits"]
+
+    def cells(line: str, title: str) -> dict:
+        assert line.startswith(title), (line, title)
+        values = re.split(r"\s{2,}", line[len(title) :].strip())
+        return dict(zip(header, values, strict=True))
+
+    def expected(capacity: dict) -> dict:
+        return {
+            "KV cache": binary(capacity["kv_cache_bytes"]),
+            "KV tokens": f"{capacity['kv_tokens']:,}",
+            "mamba slots": f"{capacity['mamba_slots']:,}",
+            "request slots": f"{capacity['max_running_requests']:,}",
+            "fits": "yes",
+        }
+
+    upstream = result["capacity"]["prefill"]["upstream"]
+    assert cells(lines[1], "upstream, without the plugin") == expected(upstream)
+    assert [c["choice"] for c in result["advice"]] == ["kv", "requests", "automatic"]
+    for i, choice in enumerate(result["advice"]):
+        row, add = lines[2 + 2 * i], lines[3 + 2 * i]
+        assert choice["title"].startswith(f"({'abc'[i]}) ")
+        assert cells(row, choice["title"]) == expected(choice["capacity"])
+        assert add.strip() == f"add: {' '.join(choice['flags']) or 'nothing'}"
