@@ -14,7 +14,6 @@ import time
 import pytest
 
 from sglang_pd_lean import census, cli, compat
-from sglang_pd_lean.cli.commands import TEST_HOLD
 
 PACKAGE_ROOT = os.path.join(os.path.dirname(__file__), "..", "python")
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -90,6 +89,12 @@ def test_python_dash_m_runs_the_command():
 # --------------------------------------------------------------------- signals
 
 
+# The test-only hold point (test/hold_site/sitecustomize.py): the report waits
+# there, census computed and nothing printed, once it has created the file named.
+TEST_HOLD = "SGLANG_PD_LEAN_TEST_HOLD"
+HOLD_SITE = os.path.join(os.path.dirname(__file__), "hold_site")
+
+
 def default_signal_dispositions() -> None:
     """In the child before exec: SIGINT, SIGTERM and SIGHUP at their defaults and
     unblocked, whatever the test run inherited (a background job ignores SIGINT)."""
@@ -100,10 +105,14 @@ def default_signal_dispositions() -> None:
 
 @pytest.mark.parametrize("signum", STOPS, ids=lambda signum: signum.name)
 def test_a_signal_ends_report_with_one_line_and_no_temporary_folder(signum, tmp_path):
-    """The report is held at its test-only hold point (census computed, temporary
-    model folder present, nothing printed) when the signal arrives."""
+    """The report is held at the test-only hold point of ``test/hold_site`` (census
+    computed, temporary model folder present, nothing printed) when the signal
+    arrives."""
     held = tmp_path / "held"
     env = dict(os.environ, TMPDIR=str(tmp_path), **{TEST_HOLD: str(held)})
+    env["PYTHONPATH"] = os.pathsep.join(
+        [HOLD_SITE, *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     env.pop("SGLANG_PD_LEAN", None)
     proc = subprocess.Popen(
         [

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 from sglang_pd_lean.census.inputs import CensusError
 from sglang_pd_lean.cli.args import UsageError, parse
@@ -20,13 +19,6 @@ from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
 from sglang_pd_lean.cli.environment import load_sglang_plugins
 from sglang_pd_lean.cli.table import render_table
-
-# Test-only hold point: with SGLANG_PD_LEAN_TEST_HOLD=FILE, the report creates FILE
-# once its census is computed (temporary model folder still there, nothing printed)
-# and waits there up to two minutes, so a test can signal it while it provably works.
-# Short sleeps: a signal that lands on another thread runs its Python handler only when
-# the main thread next wakes.
-TEST_HOLD = "SGLANG_PD_LEAN_TEST_HOLD"
 
 
 class _Stopped(BaseException):
@@ -112,11 +104,6 @@ def _launch_census(args) -> dict:
 
 def _report(args, result: dict) -> int:
     from sglang_pd_lean import compat
-
-    if os.environ.get(TEST_HOLD):
-        open(os.environ[TEST_HOLD], "w").close()
-        for _ in range(1200):
-            time.sleep(0.1)
 
     result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
     if args.json:
