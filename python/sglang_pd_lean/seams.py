@@ -333,26 +333,43 @@ def resolve_first(candidates: tuple[str, ...]) -> tuple[str | None, str]:
     return None, error
 
 
+@dataclass(frozen=True)
+class Survey:
+    seam: Seam
+    found: str | None  # the candidate that resolves, if any
+    error: str  # why none does ("" where one does)
+    expected: bool  # whether this release should have it
+
+
+def _release(version: str | None) -> str | None:
+    if version is not None:
+        return version
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def survey(version: str | None = None) -> list[Survey]:
+    """Every seam, resolved once on the installed SGLang (release ``version``,
+    else the installed one): what ``doctor`` shows."""
+    version = _release(version)
+    out = []
+    for seam in SEAMS:
+        found, error = resolve_first(seam.candidates)
+        out.append(Survey(seam, found, error, seam.expected_on(version)))
+    return out
+
+
 def missing(*parts: Part, version: str | None = None) -> list[Missing]:
     """The seams of ``parts`` (all parts when none given) that the installed SGLang
     (release ``version``, else the installed one) should have and does not."""
-    if version is None:
-        try:
-            version = importlib.metadata.version("sglang")
-        except importlib.metadata.PackageNotFoundError:
-            version = None
+    version = _release(version)
     out = []
     for seam in SEAMS:
-        if parts and seam.part not in parts:
-            continue
-        if not seam.expected_on(version):
+        if (parts and seam.part not in parts) or not seam.expected_on(version):
             continue
         found, error = resolve_first(seam.candidates)
         if found is None:
             out.append(Missing(seam, error))
     return out
-
-
-def report_blockers(version: str | None = None) -> list[Missing]:
-    """What ``report`` needs from the installed SGLang and does not find."""
-    return missing(Part.REPORT, Part.WEIGHTS, version=version)

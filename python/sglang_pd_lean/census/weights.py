@@ -260,6 +260,45 @@ def check_widths(server_args) -> dict[str, int]:
     return built
 
 
+def _width_kwargs(server_args, ps, dp_attention) -> dict[str, int]:
+    """``initialize_model_parallel``'s width arguments on releases that take them:
+    the scheduler's, from the server args and SGLang's own DP-attention split, for
+    rank 0. A width this SGLang no longer takes (value other than 1) raises
+    ``WidthMismatch``: building without it would build the wrong groups."""
+    tp = server_args.tp_size
+    _, _, _, attn_dp = dp_attention.compute_dp_attention_world_info(
+        server_args.enable_dp_attention,
+        0,
+        tp,
+        server_args.dp_size,
+        getattr(server_args, "attn_cp_size", 1),
+    )
+    widths = {
+        "tensor_model_parallel_size": tp,
+        "pipeline_model_parallel_size": server_args.pp_size,
+        "expert_model_parallel_size": "ep_size",
+        "attention_data_parallel_size": attn_dp,
+        "attention_context_model_parallel_size": "attn_cp_size",
+        "moe_data_model_parallel_size": "moe_dp_size",
+        "decode_context_parallel_size": "dcp_size",
+    }
+    accepted, refused = {}, []
+    for arg, width in widths.items():
+        if isinstance(width, str):
+            if not hasattr(server_args, width):
+                continue
+            width = getattr(server_args, width)
+        if _accepts(ps.initialize_model_parallel, arg):
+            accepted[arg] = width
+        elif width != 1:
+            refused.append(f"{arg}={width}")
+    if refused:
+        raise WidthMismatch(
+            f"this SGLang's initialize_model_parallel takes no {', '.join(refused)}"
+        )
+    return accepted
+
+
 def _groups(server_args, model_config) -> None:
     """SGLang's process groups for rank 0 of the launch, over torch's fake group."""
     import torch.distributed as dist
@@ -267,60 +306,20 @@ def _groups(server_args, model_config) -> None:
     from sglang.srt.layers import dp_attention
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    tp, pp = server_args.tp_size, server_args.pp_size
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp * pp)
+    world = server_args.tp_size * server_args.pp_size
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     new_group = dist.new_group
     # Every group SGLang asks for (its CPU groups ask for gloo) is a fake group.
     dist.new_group = lambda *a, **k: new_group(*a, **dict(k, backend="fake"))
     try:
         ps.set_custom_all_reduce(False)
         ps.init_distributed_environment(
-            world_size=tp * pp, rank=0, local_rank=0, backend="fake"
+            world_size=world, rank=0, local_rank=0, backend="fake"
         )
+        widths = {}
         if _accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
-            # Releases that take the widths as arguments: the scheduler's, from
-            # the server args and SGLang's own DP-attention split, for rank 0.
-            _, _, _, attn_dp = dp_attention.compute_dp_attention_world_info(
-                server_args.enable_dp_attention,
-                0,
-                tp,
-                server_args.dp_size,
-                getattr(server_args, "attn_cp_size", 1),
-            )
-            widths = {
-                "tensor_model_parallel_size": tp,
-                "pipeline_model_parallel_size": pp,
-                "expert_model_parallel_size": "ep_size",
-                "attention_data_parallel_size": attn_dp,
-                "attention_context_model_parallel_size": "attn_cp_size",
-                "moe_data_model_parallel_size": "moe_dp_size",
-                "decode_context_parallel_size": "dcp_size",
-            }
-            kwargs = {
-                arg: getattr(server_args, width) if isinstance(width, str) else width
-                for arg, width in widths.items()
-                if not isinstance(width, str) or hasattr(server_args, width)
-            }
-            refused = [
-                f"{arg}={value}"
-                for arg, value in kwargs.items()
-                if not _accepts(ps.initialize_model_parallel, arg) and value != 1
-            ]
-            if refused:  # building without it would build the wrong groups
-                raise WidthMismatch(
-                    f"this SGLang's initialize_model_parallel takes no "
-                    f"{', '.join(refused)}"
-                )
-            ps.initialize_model_parallel(
-                backend="fake",
-                **{
-                    a: v
-                    for a, v in kwargs.items()
-                    if _accepts(ps.initialize_model_parallel, a)
-                },
-            )
-        else:
-            ps.initialize_model_parallel(backend="fake")
+            widths = _width_kwargs(server_args, ps, dp_attention)
+        ps.initialize_model_parallel(backend="fake", **widths)
     finally:
         dist.new_group = new_group
     if _accepts(dp_attention.initialize_dp_attention, "model_config"):

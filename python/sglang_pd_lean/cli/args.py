@@ -85,8 +85,6 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sglang_pd_lean.census.inputs import MAMBA_RADIX_CACHE_STRATEGIES, SSM_DTYPES
-
     parser = _Parser(
         prog="sglang-pd-lean",
         description="PD-prefill speculative targets without verify-only state: "
@@ -94,12 +92,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
-
     report = sub.add_parser(
         "report",
         formatter_class=_Help,
         help="bytes per role and component, upstream SGLang vs with the plugin, per rank",
     )
+    _census_flags(report)
+    _launch_flags(report)
+    report.add_argument("--json", action="store_true", help="print one JSON object")
+    report.add_argument(
+        "--png", metavar="FILE", help="also draw a stacked bar chart, PNG, to FILE"
+    )
+    doctor = sub.add_parser(
+        "doctor", help="what the installed SGLang does natively and what we apply"
+    )
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument(
+        "--seams",
+        action="store_true",
+        help="list every SGLang seam the plugin and report touch, found or missing",
+    )
+    return parser
+
+
+def _census_flags(report: argparse.ArgumentParser) -> None:
+    """``report``'s model source and census flags."""
+    from sglang_pd_lean.census.inputs import MAMBA_RADIX_CACHE_STRATEGIES, SSM_DTYPES
+
     source = report.add_mutually_exclusive_group()
     source.add_argument(
         "--model",
@@ -157,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="size mamba slots from running requests (SGLang's radix-off branch)",
     )
+
+
+def _launch_flags(report: argparse.ArgumentParser) -> None:
+    """``report``'s options for ``-- <launch flags>``: the GPU and the weights."""
     launch = report.add_argument_group(
         "a launch command",
         "report [these options] -- <python -m sglang.launch_server flags>: the server "
@@ -184,21 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_finite_float,
         help="weights per rank (target + draft), where the checkpoint cannot tell",
     )
-    report.add_argument("--json", action="store_true", help="print one JSON object")
-    report.add_argument(
-        "--png", metavar="FILE", help="also draw a stacked bar chart, PNG, to FILE"
-    )
-
-    doctor = sub.add_parser(
-        "doctor", help="what the installed SGLang does natively and what we apply"
-    )
-    doctor.add_argument("--json", action="store_true", help="print one JSON object")
-    doctor.add_argument(
-        "--seams",
-        action="store_true",
-        help="list every SGLang seam the plugin and report touch, found or missing",
-    )
-    return parser
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

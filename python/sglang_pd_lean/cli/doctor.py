@@ -21,21 +21,20 @@ def doctor_report() -> dict:
 
     decision = compat.decide()
     supported = compat.is_supported(decision.version)
-    missing = seams.missing(version=decision.version) if decision.version else []
-    every = (
-        [
-            {
-                "seam": seam.label,
-                "part": seam.part.value,
-                "why": seam.why,
-                "found": seams.resolve_first(seam.candidates)[0],
-                "expected": seam.expected_on(decision.version),
-            }
-            for seam in seams.SEAMS
-        ]
-        if decision.version
-        else []
-    )
+    surveyed = seams.survey(decision.version) if decision.version else []
+    missing = [
+        seams.Missing(x.seam, x.error) for x in surveyed if x.expected and not x.found
+    ]
+    every = [
+        {
+            "seam": x.seam.label,
+            "part": x.seam.part.value,
+            "why": x.seam.why,
+            "found": x.found,
+            "expected": x.expected,
+        }
+        for x in surveyed
+    ]
     report_missing = [m for m in missing if m.seam.part == seams.Part.REPORT]
     gates = [
         {
