@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Help,
         help="bytes per role and component, upstream SGLang vs with the plugin, per rank",
     )
+    _model_source(report)
     _census_flags(report)
     _launch_flags(report)
     report.add_argument("--json", action="store_true", help="print one JSON object")
@@ -115,10 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _census_flags(report: argparse.ArgumentParser) -> None:
-    """``report``'s model source and census flags."""
-    from sglang_pd_lean.census.inputs import MAMBA_RADIX_CACHE_STRATEGIES, SSM_DTYPES
-
+def _model_source(report: argparse.ArgumentParser) -> None:
+    """``report``'s model: bundled, a config, or the list of bundled ones."""
     source = report.add_mutually_exclusive_group()
     source.add_argument(
         "--model",
@@ -128,6 +127,12 @@ def _census_flags(report: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--list-models", action="store_true", help="list bundled models"
     )
+
+
+def _census_flags(report: argparse.ArgumentParser) -> None:
+    """``report``'s census flags (shorthand for launch flags)."""
+    from sglang_pd_lean.census.inputs import MAMBA_RADIX_CACHE_STRATEGIES, SSM_DTYPES
+
     report.add_argument("--tp", type=_positive_int, default=1, help="attention TP size")
     report.add_argument("--pp", type=_positive_int, default=1, help="pipeline stages")
     report.add_argument(
