@@ -5,6 +5,7 @@ Expected figures live in ``formulas``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -115,3 +116,16 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
         env=full_env,
         timeout=300,
     )
+
+
+def tiny_model_folder(folder) -> str:
+    """The e2e tests' tiny Qwen3-Next (3 GDN + 1 full attention layer, hidden 128)
+    as a model folder holding its config.json; ``folder`` a ``pathlib.Path``."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "e2e"))
+    try:
+        from tiny_model import CONFIG
+    finally:
+        sys.path.pop(0)
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
+    return str(folder)

@@ -6,13 +6,12 @@ and process-level edges: test_cli_edges.py."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 
 import pytest
 from formulas import GIB, automatic_split, binary, gdn_dims, gdn_expected, load_config
 from helpers import NATIVE_FROM, sizing_pad, upstream_has
+from helpers import tiny_model_folder as tiny_model
 
 from sglang_pd_lean import census, cli
 
@@ -40,18 +39,6 @@ def report_json(capsys, *args: str) -> dict:
     code, out, err = report(capsys, *args, "--json")
     assert code == 0, err
     return json.loads(out)
-
-
-def tiny_model(folder) -> str:
-    """The e2e tests' tiny Qwen3-Next (3 GDN + 1 full attention layer, hidden 128)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "e2e"))
-    try:
-        from tiny_model import CONFIG
-    finally:
-        sys.path.pop(0)
-    folder.mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(CONFIG))
-    return str(folder)
 
 
 def write_config(tmp_path, **changes) -> str:

@@ -70,6 +70,7 @@ def test_a_snapshot_is_the_callers_own_copy():
         "gates": {"pool": "acted"},
         "stepped_aside_because": {},
         "not_allocated_bytes": {"verify ssm snapshots": 1024},
+        "total_rest_memory_gib": None,
         "budget": {
             "available_gib": 100.0,
             "upstream": None,
@@ -104,8 +105,23 @@ def test_reset_forgets_everything_the_rank_recorded(caplog):
         "gates": {},
         "stepped_aside_because": {},
         "not_allocated_bytes": {},
+        "total_rest_memory_gib": None,
         "budget": {},
     }
     caplog.clear()
     record.announce()  # nothing registered since the reset: nothing to announce
     assert caplog.records == []
+
+
+def test_the_targets_sizing_budget_is_kept_and_a_drafts_is_not():
+    """What SGLang passes ``_handle_max_mamba_cache`` as ``total_rest_memory``
+    (positional or by name), for the target; a draft worker's sizing leaves it."""
+    target = types.SimpleNamespace(is_draft_worker=False)
+    draft = types.SimpleNamespace(is_draft_worker=True)
+    record.sizing_received(target, 12.5)
+    record.sizing_received(draft, 3.0)
+    assert record.snapshot()["total_rest_memory_gib"] == 12.5
+    record.sizing_received(target, total_rest_memory=7.25)
+    assert record.snapshot()["total_rest_memory_gib"] == 7.25
+    record.sizing_received(object())  # no budget given: nothing, never raises
+    assert record.snapshot()["total_rest_memory_gib"] == 7.25

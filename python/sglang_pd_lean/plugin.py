@@ -68,11 +68,12 @@ def register() -> bool:
     unreachable = missing_targets([hook.target for hook in reporting])
     if unreachable:
         logger.warning(
-            f"[sglang-pd-lean] no /server_info record: SGLang {decision.version} "
-            f"lacks {'; '.join(unreachable)}; the gates apply all the same"
+            f"[sglang-pd-lean] /server_info record incomplete: SGLang "
+            f"{decision.version} lacks {'; '.join(unreachable)}; the gates apply "
+            f"all the same"
         )
-    else:
-        for hook in reporting:
+    for hook in reporting:
+        if not missing_targets([hook.target]):
             HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
     # This process's logging may not be configured yet; a scheduler repeats the
     # summary once SGLang has configured it (record.announce).

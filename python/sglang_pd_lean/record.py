@@ -5,6 +5,7 @@
      "gates": {"pool": "acted", "graph": "stepped aside", "budget": "acted", ...},
      "stepped_aside_because": {"graph": "upstream captures no decode graph here"},
      "not_allocated_bytes": {"verify ssm snapshots": 19404341248, ...},
+     "total_rest_memory_gib": 91.2,
      "budget": {"available_gib": 91.2,
                 "upstream": {"kv_bytes": ..., "kv_tokens": ..., "mamba_slots": ...},
                 "plugin": {"kv_bytes": ..., "kv_tokens": ..., "mamba_slots": ...}}}
@@ -12,12 +13,16 @@
 ``plugin.register()`` writes each gate's state on the installed SGLang (native
 upstream, applied by the plugin, ...). A gate asked on this rank turns it into
 "acted" where it removed work upstream would have done, else "stepped aside" with
-the reason; "acted" is never turned back. Two reporting hooks carry the record to
+the reason; "acted" is never turned back. Three reporting hooks carry the record to
 the operator: ``Scheduler.__init__`` (BEFORE) logs the registration summary once
-SGLang has configured the rank's logging, and ``Scheduler.get_internal_state``
-(AFTER) adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry. Both exist on
-SGLang 0.5.16 to 0.5.23; where one is missing, the gates still apply and only the
-report is lost. Never raises. ``reset()`` empties it (tests).
+SGLang has configured the rank's logging, ``Scheduler.get_internal_state`` (AFTER)
+adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry, and
+``KVCacheConfigurator._handle_max_mamba_cache`` (BEFORE) keeps the budget the
+target's sizing received (``total_rest_memory``, GiB; SGLang does not log it, and
+``check`` gives it to the report to predict this rank's sizes exactly, on every
+role and release). All three exist on SGLang 0.5.16 to 0.5.23; where one is
+missing, the gates still apply and only that part of the report is lost. Never
+raises. ``reset()`` empties it (tests).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ def _empty() -> dict[str, Any]:
         "gates": {},
         "stepped_aside_because": {},
         "not_allocated_bytes": {},
+        "total_rest_memory_gib": None,
         "budget": {},
     }
 
@@ -108,6 +114,19 @@ def budget(available_gib: float, upstream: dict | None, plugin: dict) -> None:
     }
 
 
+def sizing_received(*args: Any, **kwargs: Any) -> None:
+    """BEFORE ``KVCacheConfigurator._handle_max_mamba_cache``: the budget the
+    target's mamba and KV sizing receives (a draft worker's is not kept)."""
+    try:
+        configurator = args[0]
+        if getattr(configurator, "is_draft_worker", False):
+            return
+        rest = args[1] if len(args) > 1 else kwargs["total_rest_memory"]
+        _record["total_rest_memory_gib"] = float(rest)
+    except Exception as exc:  # a report never breaks a start-up
+        logger.debug(f"[sglang-pd-lean] budget not recorded: {exc!r}")
+
+
 def snapshot() -> dict[str, Any]:
     """A copy of this process's record (plain JSON/msgpack types)."""
     return copy.deepcopy(_record)
@@ -134,4 +153,5 @@ def hooks() -> list[Hook]:
     return [
         Hook(f"{SCHEDULER}.__init__", announce, When.BEFORE),
         Hook(f"{SCHEDULER}.get_internal_state", add_to_internal_state, When.AFTER),
+        Hook(seams.HOOK_TARGETS["budget"][0], sizing_received, When.BEFORE),
     ]

@@ -14,6 +14,7 @@ skipped without a CUDA device: ``python -m pytest -m gpu test/e2e`` on a GPU hos
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -53,6 +54,13 @@ RUNS = {
     ),
     "null": ([], {}),
     "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
+}
+# The servers `check` is tried on, all up at once: run name -> file stem of its
+# recorded /server_info (test/data/server_info/<release>/).
+FLEET = {
+    "prefill": "prefill",
+    "prefill, allow-list without us": "prefill-no-plugin",
+    "decode": "decode",
 }
 # Every run: the CPU recipe, speculative decoding, and an explicit decode graph
 # backend (a prefill server disables it by default; set, upstream's draft worker
@@ -164,18 +172,7 @@ class Runs:
         return self._runs[key]
 
     def _run(self, name: str, device: str, added: tuple[str, ...] = ()) -> Run:
-        extra, env = RUNS[name]
-        args = [
-            *BASE_ARGS,
-            # The MTP layer counted in the KV budget as `report` counts it (SGLang
-            # counts a draft's layers only when given a draft model path).
-            "--speculative-draft-model-path", self.model_dir,
-            *extra,
-            *added,
-        ]  # fmt: skip
-        server = Server(
-            self.model_dir, args, device=device, workdir=self.workdir, env=env
-        )
+        server = self.server(name, device, added)
         with server:
             ready = server.wait()
             info = server.server_info() if ready else None
@@ -188,6 +185,35 @@ class Runs:
             server_info=info,
             log_path=server.log_path,
             argv=server.command[server.command.index("sglang.launch_server") + 1 :],
+        )
+
+    @contextlib.contextmanager
+    def fleet(self, names: tuple[str, ...], device: str):
+        """The servers ``names`` of ``RUNS``, all up at once: started one after
+        another (each waits until ready, so each budget is measured while the
+        others idle), yielded as name -> ``Server``, stopped at the end."""
+        with contextlib.ExitStack() as stack:
+            servers = {}
+            for name in names:
+                server = stack.enter_context(self.server(name, device))
+                if not server.wait():
+                    raise server.fail(f"the {name} server exited before ready")
+                servers[name] = server
+            yield servers
+
+    def server(self, name: str, device: str, added: tuple[str, ...] = ()) -> Server:
+        """A not yet started ``Server`` for the run ``name`` of ``RUNS``."""
+        extra, env = RUNS[name]
+        args = [
+            *BASE_ARGS,
+            # The MTP layer counted in the KV budget as `report` counts it (SGLang
+            # counts a draft's layers only when given a draft model path).
+            "--speculative-draft-model-path", self.model_dir,
+            *extra,
+            *added,
+        ]  # fmt: skip
+        return Server(
+            self.model_dir, args, device=device, workdir=self.workdir, env=env
         )
 
     def report(

@@ -33,6 +33,7 @@ def test_no_gate_acts_on_a_server_that_verifies(runs, device, role):
         record = state["pd_lean"]
         assert "acted" not in record["gates"].values()
         assert record["budget"] == {} and record["not_allocated_bytes"] == {}
+        assert record["total_rest_memory_gib"] == run.budget_gib()
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -147,6 +147,7 @@ def test_server_info_reports_what_each_rank_did(prefill, runs):
 
 def test_server_info_budget_equals_the_logged_sizing(prefill, runs):
     record = prefill.internal_states()[0]["pd_lean"]
+    assert record["total_rest_memory_gib"] == prefill.budget_gib()
     if upstream_has("budget"):
         assert record["budget"] == {}  # upstream sizes it; nothing of ours to report
         return

@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--png", metavar="FILE", help="also draw a stacked bar chart, PNG, to FILE"
     )
+    _check_parser(sub)
     doctor = sub.add_parser(
         "doctor", help="what the installed SGLang does natively and what we apply"
     )
@@ -114,6 +115,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="list every SGLang seam the plugin and report touch, found or missing",
     )
     return parser
+
+
+def _check_parser(sub) -> None:
+    """``check URL...``: the plugin on live servers, prediction beside measurement."""
+    check = sub.add_parser(
+        "check",
+        formatter_class=_Help,
+        help="is every prefill server lean: each server's /server_info, and the "
+        "report's prediction beside it",
+    )
+    check.add_argument(
+        "urls", nargs="+", metavar="URL", help="a server: http://HOST:PORT or HOST:PORT"
+    )
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.add_argument(
+        "--timeout",
+        type=_positive_finite_float,
+        default=30.0,
+        help="seconds each request may take",
+    )
+    check.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=16,
+        help="servers asked at a time",
+    )
+    check.add_argument(
+        "--no-predict",
+        action="store_true",
+        help="only the servers' records: no report on their arguments (no SGLang "
+        "import)",
+    )
+    model = check.add_mutually_exclusive_group()
+    model.add_argument(
+        "--config",
+        help="the model (a config.json or a model folder) where a server's model "
+        "path is not readable here",
+    )
+    model.add_argument("--model-path", help="the same, as launch_server spells it")
+    check.add_argument(
+        "--gpu",
+        type=str.lower,
+        metavar="NAME",
+        help=f"the GPU of the servers without a plugin record: {', '.join(GPUS)} "
+        f"(default: {DEFAULT_GPU}); CPU servers resolve as {LOCAL}",
+    )
 
 
 def _model_source(report: argparse.ArgumentParser) -> None:

@@ -132,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(sys.argv[1:] if argv is None else list(argv))
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "check":
+            from sglang_pd_lean.cli.check import cmd_check
+
+            return cmd_check(args)
         return cmd_doctor(args)
     except (CensusError, UsageError) as exc:
         print(f"sglang-pd-lean: error: {exc}", file=sys.stderr)

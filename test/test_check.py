@@ -1,0 +1,403 @@
+"""``sglang-pd-lean check URL...`` on recorded ``/server_info`` documents of real
+servers, served over real HTTP on this host.
+
+The documents in ``test/data/server_info/<release>/`` were answered by the e2e
+suite's CPU servers (``test/e2e/record_server_info.py``): a prefill server with the
+plugin, one with the plugin left out of ``SGLANG_PLUGINS``, and a decode server,
+all up at once. Each test serves one or more of them (as recorded, or with one field
+changed to make the state it names), runs the real command, and checks its exit code
+and what it says. The prediction tests run the report on the recorded arguments with
+the installed SGLang, where it is the release that answered them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import http.server
+import json
+import os
+import threading
+import time
+
+import pytest
+from helpers import sglang_minor, tiny_model_folder
+
+from sglang_pd_lean import cli
+from sglang_pd_lean.compat import GateState
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "server_info")
+RELEASES = sorted(os.listdir(DATA))
+NOT_REGISTERED = [
+    GateState.UNSAFE.value,
+    GateState.MISSING.value,
+    GateState.UNHANDLED.value,
+    GateState.DISABLED.value,
+]
+
+
+def recorded(release: str, name: str) -> dict:
+    with open(os.path.join(DATA, release, name + ".json")) as f:
+        return json.load(f)
+
+
+class _Answers:
+    """What every served path answers, and how many requests are in flight."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+
+@contextlib.contextmanager
+def served(*docs, delay: float = 0.0, status: int = 200, answers=None):
+    """One HTTP server per document on 127.0.0.1 answering ``GET /server_info``
+    with it (a ``bytes`` document as it is); yields their URLs."""
+    answers = answers or _Answers()
+
+    def handler_for(doc):
+        body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                with answers.lock:
+                    answers.in_flight += 1
+                    answers.most_in_flight = max(
+                        answers.most_in_flight, answers.in_flight
+                    )
+                try:
+                    time.sleep(delay)
+                    if self.path != "/server_info":
+                        self.send_error(404)
+                        return
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (its timeout)
+                finally:
+                    with answers.lock:
+                        answers.in_flight -= 1
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    servers = [
+        http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_for(doc))
+        for doc in docs
+    ]
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
+    try:
+        yield [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+
+
+def nothing_listens() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def check(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["check", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def check_json(capsys, *args: str) -> tuple[int, dict]:
+    code, out, err = check(capsys, "--json", *args)
+    assert "Traceback" not in err
+    return code, json.loads(out)
+
+
+@pytest.fixture(params=RELEASES)
+def release(request) -> str:
+    return request.param
+
+
+# ------------------------------------------------------------- plugin states
+
+
+def test_a_prefill_server_with_the_plugin_passes(capsys, release):
+    doc = recorded(release, "prefill")
+    with served(doc) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 0
+    (server,) = result["servers"]
+    assert server["role"] == "prefill" and server["prefill_target"] is True
+    assert server["sglang_version"] == release
+    assert server["problems"] == []
+    ranks = server["ranks"]
+    assert [r["plugin"] for r in ranks] == ["active"] * len(doc["internal_states"])
+    record = doc["internal_states"][0]["pd_lean"]
+    assert ranks[0]["gates"] == record["gates"]
+    assert ranks[0]["not_allocated_bytes"] == record["not_allocated_bytes"]
+    assert ranks[0]["kv_tokens"] == doc["max_total_num_tokens"]
+
+
+def test_a_prefill_server_without_the_plugin_fails_and_says_why(capsys, release):
+    with served(recorded(release, "prefill-no-plugin")) as urls:
+        code, out, err = check(capsys, "--no-predict", *urls)
+    assert code == 1
+    assert f"{urls[0]}: rank 0: no plugin record" in out
+    assert "SGLANG_PD_LEAN=0" in out  # the kill switch is one of the causes
+    row = next(line for line in out.splitlines() if line.startswith(urls[0] + " "))
+    assert row.split()[1:5] == ["0", "prefill", release, "absent"]
+
+
+def test_a_decode_server_is_listed_and_never_counted(capsys, release):
+    """Decode verifies drafts: holding the verify state is right there, with the
+    plugin or without it."""
+    with_plugin = recorded(release, "decode")
+    without = copy.deepcopy(with_plugin)
+    for state in without["internal_states"]:
+        state.pop("pd_lean")
+    with served(with_plugin, without) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 0
+    assert [s["role"] for s in result["servers"]] == ["decode", "decode"]
+    assert [s["ranks"][0]["plugin"] for s in result["servers"]] == ["active", "absent"]
+    assert all(s["problems"] == [] for s in result["servers"])
+
+
+def test_a_unified_server_without_the_plugin_is_not_counted(capsys):
+    doc = recorded(RELEASES[0], "prefill-no-plugin")
+    doc["disaggregation_mode"] = "null"
+    with served(doc) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 0 and result["servers"][0]["role"] == "null"
+
+
+def test_a_prefill_server_without_speculative_decoding_never_fails(capsys):
+    doc = recorded(RELEASES[0], "prefill-no-plugin")
+    doc["speculative_algorithm"] = None
+    with served(doc) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 0 and result["servers"][0]["prefill_target"] is False
+
+
+def test_an_unsupported_release_is_named(capsys):
+    doc = recorded(RELEASES[-1], "prefill-no-plugin")
+    doc["version"] = "0.6.0"
+    with served(doc) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 1
+    server = result["servers"][0]
+    assert server["ranks"][0]["plugin"] == "unsupported release"
+    assert server["problems"] == [
+        "rank 0: SGLang 0.6.0 is not a release the plugin supports (0.5.16 to "
+        "0.5.23) and it has no plugin record"
+    ]
+
+
+@pytest.mark.parametrize("state", NOT_REGISTERED)
+def test_a_gate_not_registered_on_a_prefill_target_fails(capsys, state):
+    doc = recorded(RELEASES[0], "prefill")
+    doc["internal_states"][0]["pd_lean"]["gates"]["pool"] = state
+    with served(doc) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 1
+    assert result["servers"][0]["problems"] == [f"rank 0: pool gate {state}"]
+
+
+@pytest.mark.parametrize("state", NOT_REGISTERED)
+def test_a_gate_not_registered_on_a_decode_server_is_not_counted(capsys, state):
+    doc = recorded(RELEASES[0], "decode")
+    doc["internal_states"][0]["pd_lean"]["gates"]["pool"] = state
+    with served(doc) as urls:
+        code, _ = check_json(capsys, "--no-predict", *urls)
+    assert code == 0
+
+
+def test_every_rank_is_a_row_and_each_is_judged(capsys):
+    """Two scheduler ranks (DP 2): the second without a record fails alone."""
+    doc = recorded(RELEASES[0], "prefill")
+    second = copy.deepcopy(doc["internal_states"][0])
+    second.pop("pd_lean")
+    doc["internal_states"].append(second)
+    with served(doc) as urls:
+        code, out, _ = check(capsys, "--no-predict", *urls)
+    assert code == 1
+    rows = [line.split()[:5] for line in out.splitlines() if line.startswith(urls[0])]
+    assert [r[1] for r in rows[:2]] == ["0", "1"]
+    assert [r[4] for r in rows[:2]] == ["active", "absent"]
+    assert f"{urls[0]}: rank 1: no plugin record" in out
+    assert f"{urls[0]}: rank 0:" not in out
+
+
+# ------------------------------------------------------------- answers
+
+
+def test_a_server_that_does_not_answer_is_one_line_and_the_rest_are_checked(capsys):
+    dead = nothing_listens()
+    docs = [
+        recorded(RELEASES[0], "prefill"),
+        recorded(RELEASES[0], "prefill-no-plugin"),
+    ]
+    with served(*docs) as urls:
+        code, out, err = check(capsys, "--no-predict", dead, *urls)
+    assert code == 2  # wins over the failing prefill server's 1
+    assert [line for line in out.splitlines() if line.startswith(dead)] == [
+        f"{dead}: no answer: GET /server_info: [Errno 111] Connection refused"
+    ]
+    assert f"{urls[1]}: rank 0: no plugin record" in out
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize(
+    "body, status, said",
+    [
+        (b"<html>not json</html>", 200, "the answer is not JSON"),
+        (b'{"hello": 1}', 200, "not SGLang's server info"),
+        (b"{}", 500, "HTTP 500"),
+    ],
+)
+def test_an_answer_that_is_not_server_info_is_exit_2(capsys, body, status, said):
+    with served(body, status=status) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls)
+    assert code == 2
+    assert result["servers"] == [
+        {"url": urls[0], "ok": False, "error": result["servers"][0]["error"]}
+    ]
+    assert said in result["servers"][0]["error"]
+
+
+@pytest.mark.parametrize(
+    "url, said",
+    [
+        ("ftp://host:1", "'ftp://host:1' is not a server URL (http://HOST:PORT)"),
+        ("localhost:port", "'localhost:port': the port is not a number"),
+        ("http://", "'http://' is not a server URL (http://HOST:PORT)"),
+    ],
+)
+def test_a_bad_url_is_one_line_and_exit_2(capsys, url, said):
+    with served(recorded(RELEASES[0], "prefill")) as urls:
+        code, out, _ = check(capsys, "--no-predict", url, *urls)
+    assert code == 2
+    assert [line for line in out.splitlines() if line.startswith(url + ":")] == [
+        f"{url}: no answer: {said}"
+    ]
+
+
+def test_host_and_port_without_a_scheme_is_asked_over_http(capsys):
+    with served(recorded(RELEASES[0], "prefill")) as urls:
+        bare = urls[0].removeprefix("http://")
+        code, result = check_json(capsys, "--no-predict", bare + "/")
+    assert code == 0 and result["servers"][0]["url"] == urls[0]
+
+
+def test_timeout_bounds_each_request(capsys):
+    with served(recorded(RELEASES[0], "prefill"), delay=5.0) as urls:
+        start = time.monotonic()
+        code, out, _ = check(capsys, "--no-predict", "--timeout", "0.5", *urls)
+        took = time.monotonic() - start
+    assert code == 2 and took < 4.0
+    assert f"{urls[0]}: no answer: GET /server_info: timed out" in out
+
+
+@pytest.mark.parametrize("concurrency, most", [(1, 1), (4, 4)])
+def test_servers_are_asked_concurrently_within_the_bound(capsys, concurrency, most):
+    answers = _Answers()
+    docs = [recorded(RELEASES[0], "decode")] * 4
+    with served(*docs, delay=0.6, answers=answers) as urls:
+        code, _, _ = check(
+            capsys, "--no-predict", "--concurrency", str(concurrency), *urls
+        )
+    assert code == 0
+    assert answers.most_in_flight == most
+
+
+def test_the_table_puts_each_figure_under_its_heading(capsys):
+    doc = recorded(RELEASES[0], "prefill")
+    with served(doc) as urls:
+        code, out, _ = check(capsys, "--no-predict", *urls)
+    lines = out.splitlines()
+    header = lines[0]
+    row = lines[1]
+    record = doc["internal_states"][0]["pd_lean"]
+
+    def cell(heading: str) -> str:
+        start = header.index(heading)
+        return row[start:].split("  ")[0].strip()
+
+    assert cell("server") == urls[0]
+    assert cell("role") == "prefill"
+    assert cell("SGLang") == RELEASES[0]
+    assert cell("plugin") == "active"
+    freed = sum(record["not_allocated_bytes"].values())
+    assert cell("not allocated").replace(" ", "") in (
+        f"{freed}B",
+        f"{freed / 1024:.2f}KiB",
+    )
+    budget = record["budget"]
+    if budget:
+        kv = f"{budget['upstream']['kv_tokens']:,} -> {budget['plugin']['kv_tokens']:,}"
+        assert cell("KV tokens") == kv
+    assert lines[2].strip() == "gates: " + ", ".join(
+        f"{g}: {s}" for g, s in record["gates"].items()
+    )
+
+
+def test_config_that_does_not_exist_is_one_line(capsys):
+    code, out, err = check(capsys, "--config", "/no/such/model", "http://x:1")
+    assert code == 2 and out == ""
+    assert (
+        err.strip() == "sglang-pd-lean: error: /no/such/model: no such file or folder"
+    )
+
+
+# ------------------------------------------------------------- prediction
+
+
+def installed_release() -> str:
+    return f"0.5.{sglang_minor()}"
+
+
+needs_recorded_release = pytest.mark.skipif(
+    installed_release() not in RELEASES,
+    reason="documents recorded on another release: the prediction resolves with "
+    "the installed SGLang",
+)
+
+
+@needs_recorded_release
+def test_prediction_equals_what_each_server_recorded(capsys, tmp_path):
+    """The report on each server's own arguments, at the budget the plugin
+    recorded there, gives the bytes not allocated, the mamba slots and the KV
+    tokens the server reports; the server without the plugin, on a CPU, cannot be
+    predicted (its budget is nowhere on /server_info) and says so."""
+    release = installed_release()
+    docs = [recorded(release, n) for n in ("prefill", "decode", "prefill-no-plugin")]
+    with served(*docs) as urls:
+        code, result = check_json(
+            capsys, "--config", tiny_model_folder(tmp_path / "tiny"), *urls
+        )
+    assert code == 1
+    prefill, decode, bare = result["servers"]
+    for server in (prefill, decode):
+        figures = server["prediction"]["figures"]
+        assert figures and all(f["agrees"] is not False for f in figures), figures
+        names = {f["name"] for f in figures if f["agrees"]}
+        assert {"mamba slots", "KV tokens", "bytes not allocated"} <= names
+    assert prefill["prediction"]["advice"]
+    assert "budget is the host's free memory" in bare["prediction"]["error"]
+
+
+@needs_recorded_release
+def test_a_model_path_not_readable_here_asks_for_config(capsys):
+    with served(recorded(installed_release(), "decode")) as urls:
+        code, result = check_json(capsys, *urls)
+    assert code == 0
+    error = result["servers"][0]["prediction"]["error"]
+    assert "is not readable here: give --config" in error
