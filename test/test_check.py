@@ -384,6 +384,7 @@ def test_prediction_equals_what_each_server_recorded(capsys, tmp_path):
             capsys, "--config", tiny_model_folder(tmp_path / "tiny"), *urls
         )
     assert code == 1
+    assert_documented(result, every_key=False)
     prefill, decode, bare = result["servers"]
     for server in (prefill, decode):
         figures = server["prediction"]["figures"]
@@ -401,3 +402,68 @@ def test_a_model_path_not_readable_here_asks_for_config(capsys):
     assert code == 0
     error = result["servers"][0]["prediction"]["error"]
     assert "is not readable here: give --config" in error
+
+
+# ------------------------------------------------------------- docs/check.md
+
+
+def documented_keys() -> list[str]:
+    """The key paths of docs/check.md's ``schema`` block."""
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "check.md")
+    with open(path) as f:
+        text = f.read()
+    block = text.split("```schema\n", 1)[1].split("```", 1)[0]
+    return [line.split()[0] for line in block.splitlines() if line.strip()]
+
+
+def printed_keys(value, path: str, maps: set[str]) -> set[str]:
+    """Every key path in ``value``, as docs/check.md writes them; an object whose
+    path the doc marks ``{}`` holds data as keys and is not descended into."""
+    found = {path} if path else set()
+    if path + "{}" in maps:
+        return {path + "{}"}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found |= printed_keys(item, f"{path}.{key}" if path else key, maps)
+    elif isinstance(value, list):
+        found = (found - {path}) | {path + "[]"}
+        for item in value:
+            found |= printed_keys(item, path + "[]", maps)
+    return found
+
+
+def assert_documented(result: dict, every_key: bool) -> None:
+    documented = documented_keys()
+    maps = {k for k in documented if k.endswith("{}")}
+    printed = printed_keys(result, "", maps)
+    assert printed - set(documented) == set(), "printed, not in docs/check.md"
+    if every_key:
+        assert set(documented) - printed == set(), "in docs/check.md, never printed"
+
+
+@needs_recorded_release
+def test_docs_list_every_key_check_prints_and_no_other(capsys, tmp_path):
+    """Both ways: a server of each kind, with and without a prediction, and one
+    that does not answer print every key docs/check.md lists, and only those."""
+    release = installed_release()
+    docs = [recorded(release, n) for n in ("prefill", "decode", "prefill-no-plugin")]
+    with served(*docs) as urls:
+        code, result = check_json(
+            capsys,
+            "--config",
+            tiny_model_folder(tmp_path / "tiny"),
+            *urls,
+            nothing_listens(),
+        )
+    assert code == 2 == result["exit_code"]
+    assert result["schema_version"] == 1
+    assert_documented(result, every_key=True)
+
+
+def test_keys_without_a_prediction_are_documented(capsys):
+    docs = [recorded(r, n) for r in RELEASES for n in ("prefill", "decode")]
+    with served(*docs) as urls:
+        code, result = check_json(capsys, "--no-predict", *urls, nothing_listens())
+    assert code == 2
+    assert not any("prediction" in server for server in result["servers"])
+    assert_documented(result, every_key=False)

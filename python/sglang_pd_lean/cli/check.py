@@ -235,16 +235,18 @@ def rows(server: Server) -> list[list[str]]:
                 str(rank.state),
                 ", ".join(f"{g}: {s}" for g, s in rank.gates.items()) or "-",
                 human_bytes(freed) if rank.record else "-",
-                _pair(up.get("kv_tokens"), now.get("kv_tokens")),
-                _pair(up.get("mamba_slots"), now.get("mamba_slots")),
+                _pair(up.get("kv_tokens"), now.get("kv_tokens"), rank.kv_tokens),
+                _pair(up.get("mamba_slots"), now.get("mamba_slots"), rank.mamba_slots),
             ]
         )
     return out
 
 
-def _pair(upstream: Any, now: Any) -> str:
+def _pair(upstream: Any, now: Any, has: Any) -> str:
+    """``upstream -> now`` where the budget gate recorded both, else what the
+    rank has (the budget gate did not act: upstream's own figure)."""
     if upstream is None and now is None:
-        return "-"
+        return _count(has)
     return f"{_count(upstream)} -> {_count(now)}"
 
 
@@ -313,6 +315,7 @@ class Figure:
     name: str
     predicted: int | None
     measured: int | None
+    unit: str = "count"  # or "bytes"
 
     @property
     def agrees(self) -> bool | None:
@@ -344,9 +347,14 @@ def compare(server: Server, result: dict) -> Prediction:
     measured = rank.not_allocated_bytes
     predicted = freed if active else {}
     figures = [
-        Figure("bytes not allocated", sum(predicted.values()), sum(measured.values())),
+        Figure(
+            "bytes not allocated",
+            sum(predicted.values()),
+            sum(measured.values()),
+            unit="bytes",
+        ),
         *(
-            Figure(f"  {c}", predicted.get(c, 0), measured.get(c, 0))
+            Figure(f"  {c}", predicted.get(c, 0), measured.get(c, 0), unit="bytes")
             for c in sorted(set(predicted) | set(measured))
         ),
         Figure("mamba slots", _int(column, "mamba_slots"), rank.mamba_slots),
@@ -469,6 +477,7 @@ def prediction_json(prediction: Prediction) -> dict:
                 "name": f.name.strip(),
                 "predicted": f.predicted,
                 "measured": f.measured,
+                "unit": f.unit,
                 "agrees": f.agrees,
             }
             for f in prediction.figures
@@ -516,18 +525,20 @@ def prediction_lines(server: Server, prediction: Prediction) -> list[str]:
     for f in prediction.figures:
         verdict = {True: "agrees", False: "DIFFERS", None: "-"}[f.agrees]
         lines.append(
-            f"  {f.name:{width}}  predicted {_figure(f.name, f.predicted)}, "
-            f"measured {_figure(f.name, f.measured)}: {verdict}"
+            f"  {f.name:{width}}  predicted {_figure(f, f.predicted)}, "
+            f"measured {_figure(f, f.measured)}: {verdict}"
         )
     lines += [f"  {line}" for line in prediction.advice]
     return lines
 
 
-def _figure(name: str, value: int | None) -> str:
+def _figure(figure: Figure, value: int | None) -> str:
     if value is None:
         return "-"
-    if "tokens" in name or "slots" in name:
+    if figure.unit != "bytes":
         return f"{value:,}"
+    if value < 1024:
+        return f"{value} B"
     return f"{human_bytes(value)} ({value:,} B)"
 
 

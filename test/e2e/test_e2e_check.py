@@ -1,0 +1,92 @@
+"""``sglang-pd-lean check`` on a real fleet: the prefill server with the plugin,
+one with the plugin left out of ``SGLANG_PLUGINS`` and a decode server, all up at
+once (``e2e_runs.FLEET``), plus a URL where nothing listens. The real CLI runs in
+its own process, as an operator runs it; its prediction resolves each server's own
+``/server_info`` arguments with the installed SGLang and sizes them at the budget
+the plugin recorded there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from e2e_runs import FLEET
+from harness import free_port
+
+from sglang_pd_lean.cli.check import NO_RECORD
+
+pytestmark = pytest.mark.e2e
+
+CLI = os.path.join(os.path.dirname(sys.executable), "sglang-pd-lean")
+
+
+def run_check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CLI, "check", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def fleet(runs, device):
+    """name -> URL of the three servers, up while the module's tests run."""
+    with runs.fleet(tuple(FLEET), device) as servers:
+        yield {name: server.url for name, server in servers.items()}
+
+
+def test_check_over_the_fleet_and_a_dead_url(fleet, runs, device):
+    dead = f"http://127.0.0.1:{free_port()}"
+    urls = [fleet[name] for name in FLEET] + [dead]
+    gpu = ["--gpu", "local"] if device == "cuda" else []
+    done = run_check("--json", "--config", runs.model_dir, *gpu, *urls)
+    assert not done.stderr.strip() or "Traceback" not in done.stderr, done.stderr
+    result = json.loads(done.stdout)
+    assert done.returncode == 2 == result["exit_code"], done.stderr[-3000:]
+    by_url = {server["url"]: server for server in result["servers"]}
+    assert list(by_url) == urls
+
+    # The URL where nothing listens: one entry, and every other server checked.
+    assert by_url[dead]["ok"] is False
+    assert "Connection refused" in by_url[dead]["error"]
+
+    # The prefill server with the plugin: active on every rank, nothing to flag,
+    # and the report on its own arguments gives every figure it measured.
+    lean = by_url[fleet["prefill"]]
+    assert lean["role"] == "prefill" and lean["prefill_target"] is True
+    assert lean["problems"] == []
+    assert {rank["plugin"] for rank in lean["ranks"]} == {"active"}
+    assert_prediction_agrees(lean, must=("mamba slots", "KV tokens"))
+    assert lean["prediction"]["advice"]
+
+    # The prefill server without the plugin: flagged, with the reason.
+    bare = by_url[fleet["prefill, allow-list without us"]]
+    assert bare["prefill_target"] is True
+    assert bare["problems"] == [f"rank {r['rank']}: {NO_RECORD}" for r in bare["ranks"]]
+    assert {rank["plugin"] for rank in bare["ranks"]} == {"absent"}
+
+    # The decode server: listed, never counted, and predicted exactly.
+    decode = by_url[fleet["decode"]]
+    assert decode["role"] == "decode" and decode["prefill_target"] is False
+    assert decode["problems"] == []
+    assert_prediction_agrees(decode, must=("mamba slots", "KV tokens"))
+
+    # Without the dead URL, the server without the plugin alone sets the exit code.
+    again = run_check("--no-predict", *urls[:-1])
+    assert again.returncode == 1, again.stdout + again.stderr
+    flagged = [line for line in again.stdout.splitlines() if "FAIL" in line]
+    assert flagged == [f"FAIL {bare['url']} rank 0: {NO_RECORD}"], again.stdout
+
+
+def assert_prediction_agrees(server: dict, must: tuple[str, ...]) -> None:
+    """Every figure the report predicts equals the server's own, and ``must`` and
+    the bytes not allocated are among those compared."""
+    figures = server["prediction"]["figures"]
+    compared = {f["name"]: f for f in figures if f["agrees"] is not None}
+    assert {"bytes not allocated", *must} <= set(compared), figures
+    wrong = [f for f in figures if f["agrees"] is False]
+    assert wrong == [], f"{server['url']}: prediction differs: {wrong}"
+    measured = sum(server["ranks"][0]["not_allocated_bytes"].values())
+    assert compared["bytes not allocated"]["measured"] == measured
