@@ -467,3 +467,25 @@ def test_keys_without_a_prediction_are_documented(capsys):
     assert code == 2
     assert not any("prediction" in server for server in result["servers"])
     assert_documented(result, every_key=False)
+
+
+def test_an_unknown_gpu_is_bad_input_before_any_server_is_asked(capsys):
+    answers = _Answers()
+    with served(recorded(RELEASES[0], "prefill"), answers=answers) as urls:
+        code, out, err = check(capsys, "--gpu", "no-such-gpu", *urls)
+    assert code == 2 and out == "" and answers.most_in_flight == 0
+    assert err.startswith("sglang-pd-lean: error: unknown --gpu 'no-such-gpu'; known:")
+    assert "h200" in err
+
+
+@needs_recorded_release
+@pytest.mark.parametrize("spelling", ["--model-path", "--config"])
+def test_model_path_and_config_both_name_the_model_read_here(
+    capsys, tmp_path, spelling
+):
+    model = str(tiny_model_folder(tmp_path / "tiny"))
+    with served(recorded(installed_release(), "decode")) as urls:
+        code, result = check_json(capsys, f"{spelling}={model}", *urls)
+    assert code == 0
+    figures = result["servers"][0]["prediction"]["figures"]
+    assert {f["name"] for f in figures if f["agrees"]} >= {"mamba slots", "KV tokens"}

@@ -76,8 +76,9 @@ def test_check_over_the_fleet_and_a_dead_url(fleet, runs, device):
     # Without the dead URL, the server without the plugin alone sets the exit code.
     again = run_check("--no-predict", *urls[:-1])
     assert again.returncode == 1, again.stdout + again.stderr
-    flagged = [line for line in again.stdout.splitlines() if "FAIL" in line]
-    assert flagged == [f"FAIL {bare['url']} rank 0: {NO_RECORD}"], again.stdout
+    flagged = [line for line in again.stdout.splitlines() if ": rank " in line]
+    assert flagged == [f"{bare['url']}: rank 0: {NO_RECORD}"], again.stdout
+    assert again.stdout.splitlines()[-1].startswith("exit 1: 1 prefill server(s)")
 
 
 def assert_prediction_agrees(server: dict, must: tuple[str, ...]) -> None:

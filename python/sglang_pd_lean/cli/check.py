@@ -308,6 +308,17 @@ def model_override(args) -> str | None:
     return path
 
 
+def _known_gpu(name: str | None) -> None:
+    """An unknown ``--gpu`` is bad input before any server is asked."""
+    from sglang_pd_lean.census.inputs import CensusError
+    from sglang_pd_lean.census.launch import gpu_facts
+
+    try:
+        gpu_facts(name)
+    except CensusError as exc:
+        raise UsageError(str(exc)) from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Figure:
     """One figure of a server, as the report predicts it and as the server has it."""
@@ -434,6 +445,7 @@ def predict_all(answers: list, args, model: str | None) -> dict[str, Prediction]
 
 def cmd_check(args) -> int:
     model = model_override(args)
+    _known_gpu(args.gpu)
     answers: list = []
     urls = []
     for url in args.urls:
