@@ -422,8 +422,7 @@ def predict_all(answers: list, args, model: str | None) -> dict[str, Prediction]
     from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
     from sglang_pd_lean.census.served import predict
-    from sglang_pd_lean.cli.commands import require_seams
-    from sglang_pd_lean.cli.environment import load_sglang_plugins
+    from sglang_pd_lean.cli.environment import load_sglang_plugins, require_seams
 
     servers = [a for a in answers if isinstance(a, Server) and a.ranks]
     if not servers:

@@ -17,7 +17,7 @@ from sglang_pd_lean.census.inputs import CensusError
 from sglang_pd_lean.cli.args import UsageError, parse
 from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
-from sglang_pd_lean.cli.environment import load_sglang_plugins
+from sglang_pd_lean.cli.environment import load_sglang_plugins, require_seams
 from sglang_pd_lean.cli.table import render_table
 
 
@@ -61,21 +61,6 @@ def cmd_report(args) -> int:
     load_sglang_plugins()
     require_seams()
     return _report(args, census.run(inputs))
-
-
-def require_seams() -> None:
-    """One line naming what the report needs and the installed SGLang lacks."""
-    from sglang_pd_lean import compat, seams
-
-    blockers = seams.missing(seams.Part.REPORT)
-    if blockers:
-        first = blockers[0]
-        more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
-        raise CensusError(
-            f"SGLang {compat.sglang_version()} lacks {first.seam.label}, which the "
-            f"report needs ({first.seam.why}){more}; `sglang-pd-lean doctor` lists "
-            f"what is missing"
-        )
 
 
 def _launch_census(args) -> dict:

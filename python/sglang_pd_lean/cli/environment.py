@@ -39,3 +39,19 @@ def load_sglang_plugins() -> None:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
+
+
+def require_seams() -> None:
+    """One line naming what the report needs and the installed SGLang lacks."""
+    from sglang_pd_lean import compat, seams
+    from sglang_pd_lean.census.inputs import CensusError
+
+    blockers = seams.missing(seams.Part.REPORT)
+    if blockers:
+        first = blockers[0]
+        more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""
+        raise CensusError(
+            f"SGLang {compat.sglang_version()} lacks {first.seam.label}, which the "
+            f"report needs ({first.seam.why}){more}; `sglang-pd-lean doctor` lists "
+            f"what is missing"
+        )
