@@ -1,5 +1,5 @@
 """Verify-only bytes per prefill rank for every bundled model at TP 1/2/4/8, with the
-census's own run time (median of several runs; SGLang's import timed separately).
+census run time (median of several runs; SGLang's import timed separately).
 
     python benchmark/census.py [--runs 5] [--max-running-requests 256] [--draft-tokens 4]
 
@@ -34,12 +34,14 @@ def main() -> None:
     import sglang
 
     from sglang_pd_lean import census
+    from sglang_pd_lean.cli.args import parse
+    from sglang_pd_lean.cli.commands import report_launch, report_result
 
     import_s = time.perf_counter() - start
     print(f"SGLang {sglang.__version__}: import + load_plugins {import_s:.2f} s")
     print(
         f"{args.max_running_requests} running requests, {args.draft_tokens} draft tokens, "
-        f"3 mamba slots per request; median of {args.runs} census runs"
+        f"SGLang's own mamba slots per request; median of {args.runs} census runs"
     )
     header = (
         f"{'model':22}{'TP':>4}{'prefill upstream GiB':>22}{'prefill plugin GiB':>20}"
@@ -49,17 +51,14 @@ def main() -> None:
     print("-" * len(header))
     for model in census.bundled_models():
         for tp in (1, 2, 4, 8):
-            inputs = census.Inputs(
-                model=model,
-                tp=tp,
-                max_running_requests=args.max_running_requests,
-                speculative_num_draft_tokens=args.draft_tokens,
-            )
+            flags = ["report", "--model", model, "--tp", str(tp)]
+            flags += ["--max-running-requests", str(args.max_running_requests)]
+            flags += ["--speculative-num-draft-tokens", str(args.draft_tokens)]
             times = []
             try:
                 for _ in range(args.runs):
                     tic = time.perf_counter()
-                    result = census.run(inputs)
+                    result = report_result(*report_launch(parse(flags)))
                     times.append(time.perf_counter() - tic)
             except census.CensusError as exc:
                 print(f"{model:22}{tp:>4}  n/a: {exc}")

@@ -43,12 +43,14 @@ MAMBA_LINE = r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>\d+)"
 
 def prefill_configurator(stack: contextlib.ExitStack, inputs):
     """A prefill target's KVCacheConfigurator for ``inputs`` (the census road)."""
+    from helpers import server_fields
+
     from sglang_pd_lean import census
 
     mc, _ = census.prepare(inputs)
     stack.enter_context(census.parallel(tp=inputs.tp))
     server_args = stack.enter_context(
-        census.published(**census.server_fields(inputs, "prefill"))
+        census.published(**server_fields(inputs, "prefill"))
     )
     return census.configurator(
         mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
@@ -105,6 +107,7 @@ def server_startup(model_dir: str, workdir: str) -> tuple[float | None, int | No
 
 def run(args, workdir: str) -> None:
     import sglang
+    from helpers import server_fields
     from tiny_model import write_model
 
     from sglang_pd_lean import census
@@ -131,7 +134,7 @@ def run(args, workdir: str) -> None:
         speculative_num_draft_tokens=E2E_DRAFT_TOKENS,
         context_length=E2E_CONTEXT,
     )
-    tiny_name = f"e2e tiny model TP1, {tiny.mamba_slots} slots"
+    tiny_name = f"e2e tiny model TP1, {server_fields(tiny, 'prefill')['max_mamba_cache_size']} slots"
     rows.append((tiny_name, tiny))
 
     print(
@@ -190,6 +193,7 @@ def main() -> None:
 
     load_plugins()
     sys.path.insert(0, E2E)
+    sys.path.insert(0, os.path.dirname(E2E))  # test/helpers.py: server_fields
     with tempfile.TemporaryDirectory(prefix="sglang-pd-lean-bench-") as workdir:
         run(args, workdir)
 

@@ -14,6 +14,7 @@ from helpers import (  # noqa: F401
     NATIVE_FROM,
     PATCHED_ENV,
     run_python,
+    server_fields,
     sglang_minor,
     stand_in_model_runner,
     upstream_has,
@@ -82,7 +83,7 @@ def configurator():
             mc, _ = census.prepare(inputs)
             stack.enter_context(census.parallel(tp=tp))
             server_args = stack.enter_context(
-                census.published(**census.server_fields(inputs, role, sizing=sizing))
+                census.published(**server_fields(inputs, role, sizing=sizing))
             )
             conf = census.configurator(
                 mc,

@@ -35,6 +35,17 @@ NEXTN = [
 ]
 
 
+# ``report`` flags, given last (they end with the launch flags after --): SGLang's
+# no-buffer strategy, 3 mamba slots per running request as ``formulas`` has it (it
+# needs the overlap schedule off), and an EAGLE chain of 4 draft tokens, as the
+# census flags alone describe.
+NO_BUFFER = (
+    *("--", "--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"),
+    *("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3"),
+    *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"),
+)
+
+
 # The release that first does each gate's job itself (from upstream's sources), an
 # oracle independent of the plugin's own detection in ``compat``.
 # None: no supported release (up to 0.5.23) does it.
@@ -129,3 +140,61 @@ def tiny_model_folder(folder) -> str:
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps(CONFIG))
     return str(folder)
+
+
+def server_fields(
+    inputs,
+    role: str,
+    *,
+    speculative: bool = True,
+    sizing: bool = False,
+    slots: int | None = None,
+    requests: int | None = None,
+) -> dict:
+    """Placeholder ServerArgs fields for one role, for the gate tests that build a
+    pool or size a budget on a role SGLang did not resolve (the report resolves
+    launch flags instead). ``sizing``: leave the mamba slot count to upstream's
+    budget code unless set; ``slots`` / ``requests``: the counts to build with."""
+    from formulas import SLOTS_PER_REQUEST
+
+    if slots is None:
+        slots = inputs.max_mamba_cache_size or (
+            None if sizing else SLOTS_PER_REQUEST * inputs.max_running_requests
+        )
+    fields = dict(
+        disaggregation_mode=role,
+        max_running_requests=requests or inputs.max_running_requests,
+        max_mamba_cache_size=slots,
+        disable_radix_cache=inputs.disable_radix_cache,
+        tp_size=inputs.tp,
+        pp_size=inputs.pp,
+        page_size=inputs.page_size,
+    )
+    if inputs.mamba_radix_cache_strategy is not None:
+        fields["mamba_radix_cache_strategy"] = inputs.mamba_radix_cache_strategy
+    if speculative:
+        fields.update(
+            speculative_algorithm="EAGLE",
+            speculative_num_draft_tokens=inputs.speculative_num_draft_tokens,
+            speculative_num_steps=max(inputs.speculative_num_draft_tokens - 1, 1),
+            speculative_eagle_topk=1,
+        )
+    if role == "decode":
+        # Upstream's PD hook defaults this to 0 (2x the batch below 33 requests).
+        per_worker = inputs.max_running_requests
+        fields["disaggregation_decode_extra_slots"] = (
+            2 * per_worker if per_worker <= 32 else 0
+        )
+    return fields
+
+
+def census_of(*flags: str) -> dict:
+    """The report's census for ``report`` flags (census flags, --model, --gpu, ...,
+    and ``--`` launch flags), as the command runs it, without printing."""
+    from sglang_pd_lean.census.server import check
+    from sglang_pd_lean.cli.args import parse
+    from sglang_pd_lean.cli.commands import report_launch, report_result
+
+    launch, shorthand = report_launch(parse(["report", *flags]))
+    check(launch)
+    return report_result(launch, shorthand)

@@ -259,9 +259,9 @@ def test_png_shows_the_kv_cache_per_role_column_and_choice(result, tmp_path):
         "decode\nplugin",
         "unified\nupstream",
         "unified\nplugin",
-        "prefill\n(a)",
-        "prefill\n(b)",
-        "prefill\n(c)",
+        "prefill\nkv",
+        "prefill\nrequests",
+        "prefill\nautomatic",
     ]
     sized = [
         result["capacity"][role][col]

@@ -16,7 +16,7 @@ import logging
 
 import pytest
 from formulas import GIB, binary
-from helpers import LAYOUTS, sglang_minor, upstream_has
+from helpers import LAYOUTS, server_fields, sglang_minor, upstream_has
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import budget
@@ -45,7 +45,7 @@ def size_and_build(
         model=model, tp=tp, max_running_requests=128, **BRANCHES[branch]
     )
     mc, _ = census.prepare(inputs)
-    fields = census.server_fields(inputs, role, sizing=True)
+    fields = server_fields(inputs, role, sizing=True)
     column = upstream_behaviour() if upstream else contextlib.nullcontext()
     with census.parallel(tp=tp), census.published(**fields) as server_args, column:
         conf = census.configurator(
@@ -110,7 +110,7 @@ def test_draft_worker_budget_is_upstream(branch):
     mc, _ = census.prepare(inputs)
     results = []
     for column in (upstream_behaviour(), contextlib.nullcontext()):
-        fields = census.server_fields(inputs, "prefill", sizing=True)
+        fields = server_fields(inputs, "prefill", sizing=True)
         with census.parallel(tp=4), census.published(**fields) as server_args, column:
             conf = census.configurator(
                 mc, server_args, is_draft_worker=True, layers=(0, mc.num_hidden_layers)

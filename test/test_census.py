@@ -5,11 +5,20 @@ without the CLI in front of it)."""
 from __future__ import annotations
 
 import pytest
-from formulas import FP32, GIB, SLOTS_PER_REQUEST, gdn_dims, gdn_expected, load_config
+from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
 from formulas import automatic_split as split
-from helpers import sizing_pad, upstream_has
+from helpers import NO_BUFFER, census_of, sizing_pad, upstream_has
 
 from sglang_pd_lean import census
+
+
+def flags(model: str, tp: int, requests: int, draft: int) -> tuple[str, ...]:
+    """``report``'s census flags for a model, TP, requests and draft tokens."""
+    return (
+        *("--model", model, "--tp", str(tp)),
+        *("--max-running-requests", str(requests)),
+        *("--speculative-num-draft-tokens", str(draft)),
+    )
 
 
 @pytest.mark.parametrize(
@@ -21,17 +30,12 @@ from sglang_pd_lean import census
     ],
 )
 def test_census_matches_config_formula(model, tp, requests, draft):
-    result = census.run(
-        census.Inputs(
-            model=model,
-            tp=tp,
-            max_running_requests=requests,
-            speculative_num_draft_tokens=draft,
-        )
-    )
-    slots = result["inputs"]["max_mamba_cache_size"]
-    expected = gdn_expected(model, tp=tp, requests=requests, slots=slots, draft=draft)
+    result = census_of(*flags(model, tp, requests, draft))
     for role in ("prefill", "decode", "null"):
+        slots = result["roles"][role]["upstream"]["mamba_slots"]
+        expected = gdn_expected(
+            model, tp=tp, requests=requests, slots=slots, draft=draft
+        )
         upstream = result["roles"][role]["upstream"]["components"]
         lean_upstream = role == "prefill" and upstream_has("pool")
         for component, nbytes in expected.items():
@@ -40,6 +44,8 @@ def test_census_matches_config_formula(model, tp, requests, draft):
             assert upstream.get(component, 0) == nbytes, (role, component)
     lean = result["roles"]["prefill"]["plugin"]
     assert lean["verify_only_bytes"] == 0
+    slots = lean["mamba_slots"]
+    expected = gdn_expected(model, tp=tp, requests=requests, slots=slots, draft=draft)
     assert lean["components"]["ssm state"] == expected["ssm state"]
     for role in ("decode", "null"):
         assert result["roles"][role]["plugin"] == result["roles"][role]["upstream"]
@@ -47,7 +53,7 @@ def test_census_matches_config_formula(model, tp, requests, draft):
 
 def test_qwen35_tp8_prefill_rank_gives_back_the_verify_snapshots():
     """The issue's figure: ~22.6 GiB (24.3 GB) of ssm snapshots per prefill rank."""
-    result = census.run(census.Inputs(model="qwen3.5-397b-a17b", tp=8))
+    result = census_of("--model", "qwen3.5-397b-a17b", "--tp", "8")
     upstream = result["roles"]["null"]["upstream"]["components"]
     assert (
         upstream["verify ssm snapshots"] == 45 * 257 * 4 * (64 // 8) * 128 * 128 * FP32
@@ -80,14 +86,7 @@ def test_census_ssm_snapshots_match_head_formula(model):
             * cfg["ssm_state_size"]
             * FP32
         )
-    result = census.run(
-        census.Inputs(
-            model=model,
-            tp=tp,
-            max_running_requests=requests,
-            speculative_num_draft_tokens=draft,
-        )
-    )
+    result = census_of(*flags(model, tp, requests, draft))
     upstream = result["roles"]["null"]["upstream"]["components"]
     assert (
         upstream["verify ssm snapshots"] == layers * (requests + 1) * draft * per_slot
@@ -96,8 +95,8 @@ def test_census_ssm_snapshots_match_head_formula(model):
 
 
 def test_pipeline_parallel_counts_one_stage():
-    whole = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4))
-    half = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4, pp=2))
+    whole = census_of("--model", "qwen3-next-80b-a3b", "--tp", "4")
+    half = census_of("--model", "qwen3-next-80b-a3b", "--tp", "4", "--pp", "2")
 
     def ssm(result):
         return result["roles"]["decode"]["upstream"]["components"]["ssm state"]
@@ -106,11 +105,9 @@ def test_pipeline_parallel_counts_one_stage():
 
 
 def test_mamba_ssm_dtype_bfloat16_halves_the_ssm_state_and_snapshots():
-    base = census.Inputs(model="qwen3-next-80b-a3b", tp=4)
-    fp32 = census.run(base)
-    bf16 = census.run(
-        census.Inputs(model="qwen3-next-80b-a3b", tp=4, mamba_ssm_dtype="bfloat16")
-    )
+    base = ("--model", "qwen3-next-80b-a3b", "--tp", "4")
+    fp32 = census_of(*base)
+    bf16 = census_of(*base, "--mamba-ssm-dtype", "bfloat16")
     assert bf16["inputs"]["mamba_ssm_dtype"] == "bfloat16"
     for component in ("ssm state", "verify ssm snapshots"):
         full = fp32["roles"]["null"]["upstream"]["components"][component]
@@ -122,24 +119,20 @@ def test_every_component_is_present_and_totals_match_the_formula():
     """Named components are reported at 0 where empty, and each total is the
     formula's state + verify bytes + a req_to_token map counted by hand."""
     tp, requests, draft = 4, 64, 3
-    result = census.run(
-        census.Inputs(
-            model="qwen3-next-80b-a3b",
-            tp=tp,
-            max_running_requests=requests,
-            speculative_num_draft_tokens=draft,
-        )
-    )
-    slots = SLOTS_PER_REQUEST * requests
-    expected = gdn_expected(
-        "qwen3-next-80b-a3b", tp=tp, requests=requests, slots=slots, draft=draft
-    )
+    result = census_of(*flags("qwen3-next-80b-a3b", tp, requests, draft))
     # (R + 1) rows of context + 4 + D int32 entries (page size 1; no decode
     # pre-allocation slots above 32 requests).
     req_to_token = (requests + 1) * (result["inputs"]["context_length"] + 4 + draft) * 4
     for role in census.ROLES:
         for column in ("upstream", "plugin"):
             entry = result["roles"][role][column]
+            expected = gdn_expected(
+                "qwen3-next-80b-a3b",
+                tp=tp,
+                requests=requests,
+                slots=entry["mamba_slots"],
+                draft=draft,
+            )
             assert set(census.COMPONENT_ORDER) <= set(entry["components"])
             verify = {c: n for c, n in expected.items() if c.startswith("verify")}
             if role == "prefill" and (column == "plugin" or upstream_has("pool")):
@@ -179,20 +172,18 @@ def test_library_rejects_counts_the_census_cannot_run(field, value):
     """The library's own guard: no ZeroDivisionError from deep inside SGLang."""
     inputs = census.Inputs(model="qwen3-next-80b-a3b", **{field: value})
     with pytest.raises(census.CensusError, match=field.replace("_", "-")):
-        census.run(inputs)
+        census.prepare(inputs)
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
 def test_library_rejects_an_available_budget_that_is_not_a_positive_number(value):
     with pytest.raises(census.CensusError, match="--available-gib"):
-        census.run(census.Inputs(model="qwen3-next-80b-a3b", available_gib=value))
+        census.prepare(census.Inputs(model="qwen3-next-80b-a3b", available_gib=value))
 
 
 def test_library_caps_slot_counts_that_would_exhaust_host_memory():
     with pytest.raises(census.CensusError, match="more than the census builds"):
-        census.run(
-            census.Inputs(model="qwen3-next-80b-a3b", max_running_requests=10**9)
-        )
+        census_of("--model", "qwen3-next-80b-a3b", "--max-running-requests", str(10**9))
 
 
 def test_automatic_split_spends_the_verify_reservation_on_mamba_slots():
@@ -201,14 +192,10 @@ def test_automatic_split_spends_the_verify_reservation_on_mamba_slots():
     tp, requests, draft, available = 4, 256, 4, 100.0
     d = gdn_dims(load_config("qwen3-next-80b-a3b"), tp=tp)
     per_slot = d["layers"] * (d["ssm"] + d["conv"])
-    result = census.run(
-        census.Inputs(
-            model="qwen3-next-80b-a3b",
-            tp=tp,
-            max_running_requests=requests,
-            speculative_num_draft_tokens=draft,
-            available_gib=available,
-        )
+    result = census_of(
+        *flags("qwen3-next-80b-a3b", tp, requests, draft),
+        *("--available-gib", str(available)),
+        *NO_BUFFER,
     )
     pad = sizing_pad()
     lean = split(per_slot, available, requests, draft, verify=False, pad=pad)
@@ -216,7 +203,7 @@ def test_automatic_split_spends_the_verify_reservation_on_mamba_slots():
     if sizing_pad():  # the worked example of docs/memory-model.md (0.5.17+)
         assert lean[0] == 2632 and round(lean[1], 2) == 52.63
         assert verify[0] == 1126 and round(verify[1], 2) == 61.23
-    for role in census.ROLES:
+    for role in ("prefill", "null"):  # decode: radix off, slots from requests
         for column in ("upstream", "plugin"):
             lean_here = role == "prefill" and (
                 column == "plugin" or upstream_has("budget")
@@ -245,13 +232,10 @@ def test_upstream_that_does_not_fit_is_reported_beside_the_plugin_capacity():
     available, slots, requests, draft = 30.0, 768, 256, 4
     d = gdn_dims(load_config("qwen3.5-397b-a17b"), tp=8)
     per_slot = d["layers"] * (d["ssm"] + d["conv"])
-    result = census.run(
-        census.Inputs(
-            model="qwen3.5-397b-a17b",
-            tp=8,
-            available_gib=available,
-            max_mamba_cache_size=slots,
-        )
+    result = census_of(
+        *flags("qwen3.5-397b-a17b", 8, requests, draft),
+        *("--available-gib", str(available), "--max-mamba-cache-size", str(slots)),
+        *NO_BUFFER,
     )
     pad = sizing_pad()
     lean_kv = available - (slots + pad) * per_slot / GIB

@@ -12,6 +12,7 @@ from __future__ import annotations
 import types
 
 import pytest
+from helpers import server_fields
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import (
@@ -125,7 +126,7 @@ def test_prefill_draft_worker_gets_upstreams_warmup_and_autotune(gate):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     inputs = census.Inputs(model=MODEL)
-    fields = census.server_fields(inputs, "prefill")
+    fields = server_fields(inputs, "prefill")
     seen = []
     with census.published(**fields) as server_args:
         model_runner = types.SimpleNamespace(
@@ -169,7 +170,7 @@ def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     inputs = census.Inputs(model=MODEL)
-    fields = census.server_fields(inputs, "prefill")
+    fields = server_fields(inputs, "prefill")
     seen = []
 
     def upstream(*args, **kwargs):

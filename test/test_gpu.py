@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import server_fields
 
 from sglang_pd_lean import census
 from sglang_pd_lean.role import upstream_behaviour
@@ -30,7 +31,7 @@ def test_real_cuda_allocation_matches_the_fake_census(role, column):
     step = upstream_behaviour() if column == "upstream" else contextlib.nullcontext()
     with (
         census.parallel(tp=8),
-        census.published(**census.server_fields(inputs, role)) as sa,
+        census.published(**server_fields(inputs, role)) as sa,
     ):
         conf = census.configurator(
             mc, sa, is_draft_worker=False, layers=(0, mc.num_hidden_layers)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from helpers import stand_in_model_runner
+from helpers import server_fields, stand_in_model_runner
 
 from sglang_pd_lean import census
 from sglang_pd_lean.gates import graph
@@ -38,7 +38,7 @@ def device_sentinel(monkeypatch):
 
 def capture(cuda_graph_setup, role: str, *, speculative: bool, is_draft_worker: bool):
     inputs = census.Inputs(model="qwen3-next-80b-a3b")
-    fields = census.server_fields(inputs, role, speculative=speculative)
+    fields = server_fields(inputs, role, speculative=speculative)
     with census.published(**fields) as server_args:
         runner = stand_in_model_runner(
             server_args, fields, is_draft_worker=is_draft_worker

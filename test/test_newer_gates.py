@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 
 import pytest
+from helpers import census_of, server_fields
 
 from sglang_pd_lean import census
 
@@ -38,7 +39,7 @@ def published_prefill_or(
     inputs = census.Inputs(
         model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS
     )
-    fields = census.server_fields(inputs, role, speculative=speculative)
+    fields = server_fields(inputs, role, speculative=speculative)
     if decode_backend:
         # The operator asked for a decode graph backend explicitly.
         from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
@@ -113,7 +114,7 @@ def test_decode_and_null_autotune_buffers_hold_the_draft_tokens(role):
 def test_sglang_refuses_replayssm_spec_on_a_prefill_server():
     """The reason there is no ReplaySSM gate: upstream's own validation says no."""
     inputs = census.Inputs(model="qwen3-next-80b-a3b")
-    fields = census.server_fields(inputs, "prefill")
+    fields = server_fields(inputs, "prefill")
     import sglang.srt.server_args as server_args_module
 
     flag = (
@@ -149,14 +150,17 @@ def test_doctor_reports_replayssm_not_applicable(capsys):
 
 def test_report_counts_the_autotune_buffers_the_gate_shrinks():
     """Logits rows dominate: max_bs x tokens/request x vocab x fp32."""
-    inputs = census.Inputs(model="qwen3-next-80b-a3b", tp=4, max_running_requests=64)
-    result = census.run(inputs)
+    draft = 4
+    result = census_of(
+        *("--model", "qwen3-next-80b-a3b", "--tp", "4", "--max-running-requests"),
+        *("64", "--speculative-num-draft-tokens", str(draft)),
+    )
     warm = result["warmup"]
     vocab = 151936
     saved = (
         warm["prefill"]["upstream"]["autotune_buffers_bytes"]
         - warm["prefill"]["plugin"]["autotune_buffers_bytes"]
     )
-    assert saved >= 64 * (inputs.speculative_num_draft_tokens - 1) * vocab * 4
+    assert saved >= 64 * (draft - 1) * vocab * 4
     for role in ("decode", "null"):
         assert warm[role]["plugin"] == warm[role]["upstream"]

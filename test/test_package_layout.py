@@ -116,3 +116,42 @@ def test_the_runtime_never_imports_the_offline_tool(runtime):
         if name == prefix or name.startswith(prefix + "."):
             reached = {t for t in targets if t.startswith(offline)}
             assert not reached, f"{name} imports {sorted(reached)}"
+
+
+# Functions a reader can hold (issue 22): at most this many lines and parameters.
+MAX_LINES, MAX_PARAMS = 60, 6
+
+
+def oversized(tree: ast.AST) -> list[str]:
+    """Each function of ``tree`` over MAX_LINES lines (decorators aside) or over
+    MAX_PARAMS parameters (``self`` and ``cls`` aside; ``*args``, ``**kwargs``
+    count)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        args = node.args
+        named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        params = [a.arg for a in named if a.arg not in ("self", "cls")]
+        params += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_LINES or len(params) > MAX_PARAMS:
+            found.append(f"{node.name}: {lines} lines, {len(params)} parameters")
+    return found
+
+
+def test_no_function_is_over_60_lines_or_6_parameters():
+    found = [
+        f"{path.relative_to(ROOT)}: {what}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for what in oversized(ast.parse(path.read_text()))
+    ]
+    assert found == []
+
+
+def test_an_oversized_function_would_be_found():
+    long = "def f():\n" + "    x = 1\n" * MAX_LINES
+    wide = "def g(self, a, b, c, d, e, f, *rest):\n    pass\n"
+    assert oversized(ast.parse(long)) == [f"f: {MAX_LINES + 1} lines, 0 parameters"]
+    assert oversized(ast.parse(wide)) == ["g: 2 lines, 7 parameters"]
+    assert oversized(ast.parse("def h(self, a, b, c, d, e, f):\n    pass\n")) == []

@@ -19,7 +19,7 @@ from unittest import mock
 
 import pytest
 from formulas import binary, gdn_expected, load_config
-from helpers import upstream_has
+from helpers import server_fields, upstream_has
 
 from sglang_pd_lean import accounting, census, record
 from sglang_pd_lean.gates import pool
@@ -39,7 +39,7 @@ def build(model: str, role: str, speculative: bool, is_draft_worker: bool):
         model=model, tp=2, max_running_requests=8, context_length=512
     )
     mc, linear = census.prepare(inputs)
-    fields = census.server_fields(inputs, role, speculative=speculative)
+    fields = server_fields(inputs, role, speculative=speculative)
     with census.parallel(tp=inputs.tp), census.published(**fields) as server_args:
         layers = (0, mc.num_hidden_layers)
         conf = census.configurator(

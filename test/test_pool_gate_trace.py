@@ -31,6 +31,7 @@ from unittest import mock
 
 import pytest
 import torch
+from helpers import server_fields
 
 from sglang_pd_lean import census
 from sglang_pd_lean.gates import pool
@@ -230,7 +231,7 @@ def prefill_target(model: str):
     with contextlib.ExitStack() as stack:
         stack.enter_context(census.parallel(tp=inputs.tp))
         server_args = stack.enter_context(
-            census.published(**census.server_fields(inputs, "prefill"))
+            census.published(**server_fields(inputs, "prefill"))
         )
         conf = census.configurator(
             mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import types
 
+from helpers import server_fields
+
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import warmup
 from sglang_pd_lean.record import Outcome
@@ -38,7 +40,7 @@ def test_warmup_gate_stays_acted_when_the_draft_worker_warms_up_after_the_target
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     inputs = census.Inputs(model="qwen3-next-80b-a3b")
-    fields = census.server_fields(inputs, "prefill")
+    fields = server_fields(inputs, "prefill")
     with census.published(**fields) as server_args:
         for is_draft_worker in (False, True):
             runner = types.SimpleNamespace(

@@ -218,8 +218,8 @@ def test_the_gpu_probes_are_put_back_after_the_report(qwen3_next, capsys):
             "no_buffer only supports page_size=1",
         ),
         (["--gpu-sm", "90", "--", "--tp", "4"], "go together"),
-        (["--tp", "4", "--", "--tp", "4"], "--tp: with a launch command"),
-        (["--gpu", "h200"], "describe a launch"),
+        (["--tp", "4", "--", "--tp", "2"], "census flags say 4, the flags after"),
+        (["--page-size", "64", "--", "--page-size=16"], "--page-size: the census"),
         (["--"], "nothing after --"),
         (
             ["--model", "qwen3-next-80b-a3b", "--", "--model-path", "/x"],

@@ -4,6 +4,7 @@ run TARGET_VERIFY; anything that may still verify keeps its verify state."""
 from __future__ import annotations
 
 import pytest
+from helpers import server_fields
 
 from sglang_pd_lean import census, role
 
@@ -11,7 +12,7 @@ INPUTS = census.Inputs(model="qwen3-next-80b-a3b")
 
 
 def judged(mode: str, *, speculative: bool = True, draft: bool = False, **extra):
-    fields = census.server_fields(INPUTS, mode, speculative=speculative)
+    fields = server_fields(INPUTS, mode, speculative=speculative)
     fields.update(extra)
     with census.published(**fields) as server_args:
         return role.judge(server_args, is_draft_worker=draft)
@@ -81,7 +82,7 @@ def test_unified_memory_is_read_from_the_published_memory_namespace():
         from sglang.srt.runtime_context import get_memory  # noqa: F401
     except ImportError:
         pytest.skip("SGLang 0.5.16 publishes no config namespaces")
-    fields = census.server_fields(INPUTS, "prefill")
+    fields = server_fields(INPUTS, "prefill")
     fields["enable_unified_memory"] = True
     with census.published(**fields) as server_args:
         stale = ReadThrough(server_args, enable_unified_memory=False)

@@ -28,7 +28,7 @@ import warnings
 from unittest import mock
 
 import pytest
-from helpers import upstream_has
+from helpers import server_fields, upstream_has
 
 from sglang_pd_lean import census, compat
 from sglang_pd_lean.role import upstream_behaviour
@@ -136,7 +136,7 @@ def built_pools(model: str, role: str):
     with contextlib.ExitStack() as stack:
         stack.enter_context(census.parallel(tp=inputs.tp))
         server_args = stack.enter_context(
-            census.published(**census.server_fields(inputs, role))
+            census.published(**server_fields(inputs, role))
         )
         conf = census.configurator(
             mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)

@@ -16,7 +16,7 @@ import types
 
 import pytest
 import torch
-from helpers import stand_in_model_runner
+from helpers import server_fields, stand_in_model_runner
 
 from sglang_pd_lean import census
 
@@ -83,7 +83,7 @@ def dummy_run(role: str, *, speculative: bool = True, is_draft_worker: bool = Fa
     inputs = census.Inputs(
         model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS
     )
-    fields = census.server_fields(inputs, role, speculative=speculative)
+    fields = server_fields(inputs, role, speculative=speculative)
     with census.published(**fields) as server_args:
         runner = object.__new__(Probe)
         runner.model_runner = model_runner(
@@ -116,7 +116,7 @@ def test_prefill_target_spec_algorithm_is_restored_after_warmup():
         can_run_graph = load_batch = execute = None
 
     inputs = census.Inputs(model="qwen3-next-80b-a3b")
-    fields = census.server_fields(inputs, "prefill")
+    fields = server_fields(inputs, "prefill")
     with census.published(**fields) as server_args:
         runner = object.__new__(Probe)
         runner.model_runner = model_runner(server_args, fields, is_draft_worker=False)

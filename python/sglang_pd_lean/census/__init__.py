@@ -1,8 +1,13 @@
 """Per-role, per-component byte census of a hybrid model's request pool, with no GPU.
 
     from sglang_pd_lean import census
-    result = census.run(census.Inputs(model="qwen3-next-80b-a3b", tp=4))
-    result["roles"]["prefill"]["upstream"]["verify_only_bytes"]
+    launch = census.Launch(argv=["--tp-size", "4", ...], gpu=census.gpu_facts("h200"),
+                           model="qwen3-next-80b-a3b", sized=False)
+    census.run_launch(launch)["roles"]["prefill"]["upstream"]["verify_only_bytes"]
+
+One road: every report is a set of ``launch_server`` flags resolved by the installed
+SGLang's own ``ServerArgs`` (``launch``); ``report``'s census flags (``--tp``,
+``--max-running-requests``, ...) are shorthand for the launch flags they name.
 
 The census walks SGLang's own start-up road on a CPU: the model's config through
 SGLang's config loader, SGLang's cache parameters, a real ``KVCacheConfigurator``
@@ -12,8 +17,8 @@ runs the real ``HybridReqToTokenPool`` / ``MambaPool`` constructors. They run un
 counted from the tensors upstream asked for. Each role is built twice: inside
 ``role.upstream_behaviour()`` (every gate steps aside: upstream as released) and
 without it (the gates this SGLang needs, as the plugin registered them).
-With ``available_gib`` (the ``total_rest_memory`` SGLang's mamba sizing receives)
-each column first runs SGLang's sizing (``_handle_max_mamba_cache``,
+Where the launch names the memory (a GPU, or ``available_gib``: the
+``total_rest_memory`` SGLang's mamba sizing receives) each column first runs SGLang's sizing (``_handle_max_mamba_cache``,
 ``config_from_budget``, ``resolve_max_num_reqs``) and builds its pool with the slot
 and request counts that settled on, as a server would; where SGLang would stop, the
 column says so with SGLang's reason. Bad input, and any error SGLang raises on a
@@ -22,7 +27,10 @@ config, is a one-line ``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
 Modules, one job each: ``inputs`` (what the operator asks, checked before SGLang's
 import), ``model`` (SGLang's model and linear-state configs), ``pools`` (the
 configurator and the request pool under fake tensors), ``sizing`` (SGLang's budget
-code), ``warmup`` (transient buffers) and ``roles`` (the road, role by role). The
+code), ``warmup`` (transient buffers), ``roles`` (one role's columns), ``launch``
+(flags -> ``ServerArgs`` on a named GPU), ``memory`` and ``weights`` (memory per
+rank), ``server`` (the road: one result from the roles' plans), ``advice`` and
+``served`` (a live server's own arguments). The
 runtime plugin never imports this package; bytes per component come from
 ``sglang_pd_lean.accounting``.
 """
@@ -50,16 +58,16 @@ from sglang_pd_lean.census.inputs import (
     read_config_dict,
     sglang_rejects,
 )
+from sglang_pd_lean.census.launch import gpu_facts, shorthand_argv
 from sglang_pd_lean.census.model import model_config, prepare
 from sglang_pd_lean.census.pools import (
     build_request_pool,
     configurator,
     parallel,
     published,
-    server_fields,
     summarize,
 )
-from sglang_pd_lean.census.roles import run
+from sglang_pd_lean.census.server import Launch, run_launch
 from sglang_pd_lean.census.sizing import size_budget
 from sglang_pd_lean.census.warmup import autotune_buffer_bytes
 
@@ -76,12 +84,14 @@ __all__ = [
     "VERIFY_ONLY",
     "CensusError",
     "Inputs",
+    "Launch",
     "autotune_buffer_bytes",
     "build_request_pool",
     "bundled_models",
     "component_bytes",
     "config_path",
     "configurator",
+    "gpu_facts",
     "model_config",
     "one_line",
     "parallel",
@@ -89,8 +99,8 @@ __all__ = [
     "prepare",
     "published",
     "read_config_dict",
-    "run",
-    "server_fields",
+    "run_launch",
+    "shorthand_argv",
     "sglang_rejects",
     "size_budget",
     "summarize",

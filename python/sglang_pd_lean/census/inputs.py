@@ -19,6 +19,15 @@ import stat
 from collections.abc import Iterator
 
 ROLES = ("prefill", "decode", "null")
+# Each role's pair of columns: upstream as released, and with the plugin.
+COLUMNS = ("upstream", "plugin")
+# How the report names each role: in the table, and where space is short (the chart).
+ROLE_TITLES = {
+    "prefill": "prefill target",
+    "decode": "decode target",
+    "null": "unified (null)",
+}
+ROLE_LABELS = {"prefill": "prefill", "decode": "decode", "null": "unified"}
 DEFAULT_MODEL = "qwen3-next-80b-a3b"
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "models")
 
@@ -52,7 +61,7 @@ class Inputs:
     tp: int = 1
     pp: int = 1
     max_running_requests: int = 256
-    max_mamba_cache_size: int | None = None  # default: 3 x max_running_requests
+    max_mamba_cache_size: int | None = None
     speculative_num_draft_tokens: int = 4
     mamba_ssm_dtype: str | None = None  # default: the model's
     context_length: int | None = None  # default: the model's
@@ -111,19 +120,6 @@ class Inputs:
             )
         if (self.model is None) == (self.config is None):
             raise CensusError("give exactly one of --model NAME or --config PATH")
-
-    @property
-    def mamba_slots(self) -> int:
-        """Slots the pool census builds: the explicit size, else upstream's target
-        ratio of mamba slots per running request."""
-        if self.max_mamba_cache_size:
-            return self.max_mamba_cache_size
-        from sglang.srt.mem_cache import kv_cache_configurator
-
-        ratio = getattr(
-            kv_cache_configurator, "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO", 3
-        )
-        return ratio * self.max_running_requests
 
 
 def bundled_models() -> list[str]:

@@ -367,6 +367,75 @@ def summary(server_args: Any) -> dict[str, Any]:
     return out
 
 
+# ``report``'s census flags: shorthand for the launch_server flags they name.
+SHORTHAND = {
+    "tp": "--tp-size",
+    "pp": "--pp-size",
+    "max_running_requests": "--max-running-requests",
+    "max_mamba_cache_size": "--max-mamba-cache-size",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+    "mamba_ssm_dtype": "--mamba-ssm-dtype",
+    "context_length": "--context-length",
+    "page_size": "--page-size",
+    "disable_radix_cache": "--disable-radix-cache",
+    "mamba_radix_cache_strategy": "--mamba-radix-cache-strategy",
+}
+# What the census flags alone describe where they are silent: a speculative server
+# (an EAGLE chain, as a NEXTN/MTP draft resolves) of 256 requests, 4 draft tokens.
+SHORTHAND_DEFAULTS = {"max_running_requests": 256, "speculative_num_draft_tokens": 4}
+
+
+def shorthand_argv(values: dict[str, Any], *, alone: bool) -> list[str]:
+    """The launch flags the census flags ``values`` (dest -> value, None: not
+    given) name. ``alone`` (no flags after --): with the defaults above and the
+    speculative algorithm, steps and top-k of a one-chain draft."""
+    given = {k: v for k, v in values.items() if v is not None and v is not False}
+    if alone:
+        given = {**SHORTHAND_DEFAULTS, **given}
+    argv = []
+    for dest, value in given.items():
+        argv += [SHORTHAND[dest]] if value is True else [SHORTHAND[dest], str(value)]
+    if alone:
+        steps = max(given["speculative_num_draft_tokens"] - 1, 1)
+        argv += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps"]
+        argv += [str(steps), "--speculative-eagle-topk", "1"]
+    return argv
+
+
+def _given(argv: list[str]) -> dict[str, Any]:
+    """The fields ``argv`` sets, as SGLang's own launch_server parser reads them
+    (defaults left out); {} where the parser refuses them (``resolve`` says why)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    for action in parser._actions:
+        action.default, action.required = argparse.SUPPRESS, False
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return vars(parser.parse_known_args(argv)[0])
+        except SystemExit:
+            return {}
+
+
+def merged_argv(shorthand: list[str], argv: list[str]) -> list[str]:
+    """The launch flags ``argv`` plus the census flags' ``shorthand``; a field both
+    set to different values is one CensusError line."""
+    if not shorthand:
+        return list(argv)
+    ours, theirs = _given(shorthand), _given(argv)
+    for dest, value in ours.items():
+        if dest in theirs and theirs[dest] != value:
+            flag = f"--{dest.replace('_', '-')}"
+            raise CensusError(
+                f"{flag}: the census flags say {value!r}, the flags after -- say "
+                f"{theirs[dest]!r}; give it once"
+            )
+    return [*argv, *shorthand]
+
+
 def role_argv(argv: list[str], role: str) -> list[str]:
     """The same flags with ``--disaggregation-mode`` replaced by ``role``."""
     out, skip = [], False

@@ -1,6 +1,6 @@
 """SGLang's request pool built for one role, under ``FakeTensorMode``, and its bytes.
 
-    with parallel(tp=4), published(**server_fields(inputs, "prefill")) as server_args:
+    with parallel(tp=4), published(**fields) as server_args:
         conf = configurator(mc, server_args, is_draft_worker=False, layers=(0, 48))
         pool = build_request_pool(conf, max_num_reqs=256)
     summarize(component_bytes(pool))["verify_only_bytes"]
@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.accounting import COMPONENT_ORDER, VERIFY_ONLY
-from sglang_pd_lean.census.inputs import Inputs
 from sglang_pd_lean.role import setting, upstream_behaviour
 
 _NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
@@ -155,47 +154,6 @@ def summarize(components: dict[str, int]) -> dict:
         "verify_only_bytes": sum(components.get(c, 0) for c in VERIFY_ONLY),
         "total_bytes": sum(components.values()),
     }
-
-
-def server_fields(
-    inputs: Inputs,
-    role: str,
-    *,
-    speculative: bool = True,
-    sizing: bool = False,
-    slots: int | None = None,
-    requests: int | None = None,
-) -> dict:
-    """ServerArgs fields for one role. ``sizing``: leave the mamba slot count to
-    upstream's budget code unless the operator set it; ``slots`` / ``requests``:
-    the counts SGLang's sizing settled on, for building the pool."""
-    if slots is None:
-        slots = inputs.max_mamba_cache_size if sizing else inputs.mamba_slots
-    fields = dict(
-        disaggregation_mode=role,
-        max_running_requests=requests or inputs.max_running_requests,
-        max_mamba_cache_size=slots,
-        disable_radix_cache=inputs.disable_radix_cache,
-        tp_size=inputs.tp,
-        pp_size=inputs.pp,
-        page_size=inputs.page_size,
-    )
-    if inputs.mamba_radix_cache_strategy is not None:
-        fields["mamba_radix_cache_strategy"] = inputs.mamba_radix_cache_strategy
-    if speculative:
-        fields.update(
-            speculative_algorithm="EAGLE",
-            speculative_num_draft_tokens=inputs.speculative_num_draft_tokens,
-            speculative_num_steps=max(inputs.speculative_num_draft_tokens - 1, 1),
-            speculative_eagle_topk=1,
-        )
-    if role == "decode":
-        # Upstream's PD hook defaults this to 0 (2x the batch below 33 requests).
-        per_worker = inputs.max_running_requests
-        fields["disaggregation_decode_extra_slots"] = (
-            2 * per_worker if per_worker <= 32 else 0
-        )
-    return fields
 
 
 def column_behaviour(column: str):

@@ -1,43 +1,26 @@
-"""The census road, role by role: each role's pool built twice (upstream and with the
-plugin), sized first where the operator gave the memory, plus the warmup buffers.
+"""One role's pair of columns: its pool built twice (upstream and with the plugin),
+sized first by SGLang's own budget code where the launch names the memory.
 
-    result = run(Inputs(model="qwen3-next-80b-a3b", tp=4, available_gib=80))
-    result["capacity"]["decode"]["plugin"]["kv_tokens"]
+    pools, sizing = census_role(mc, (0, 48), RolePlan(fields=f, slots=None, requests=256))
+    pools["plugin"]["verify_only_bytes"], sizing  # sizing: None without memory
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from typing import Any
 
 from sglang_pd_lean.accounting import component_bytes
-from sglang_pd_lean.census.inputs import (
-    MAX_SLOTS,
-    ROLES,
-    CensusError,
-    Inputs,
-    sglang_rejects,
-)
-from sglang_pd_lean.census.model import (
-    cache_params_of,
-    check_tp_heads,
-    prepare,
-    ssm_dtype,
-    stage_layers,
-)
+from sglang_pd_lean.census.inputs import MAX_SLOTS, CensusError, sglang_rejects
 from sglang_pd_lean.census.pools import (
     build_request_pool,
     column_behaviour,
     configurator,
-    parallel,
     published,
-    server_fields,
     summarize,
 )
 from sglang_pd_lean.census.sizing import change, size_budget
-from sglang_pd_lean.census.warmup import warmup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +30,7 @@ class RolePlan:
     is no sizing or it does not fit, and the memory SGLang's sizing receives."""
 
     fields: dict
-    slots: int
+    slots: int | None  # None: SGLang's own mamba slots per request, x requests
     requests: int
     available_gib: float | None = None
     page_size: int = 1
@@ -68,25 +51,23 @@ def census_role(mc, layers: tuple[int, int], plan: RolePlan) -> tuple:
         spec_aux=plan.spec_aux,
     )
     for column in ("upstream", "plugin"):
-        slots, requests = plan.slots, plan.requests
         with column_behaviour(column):
-            if plan.available_gib:
-                with published(**plan.fields) as server_args:
-                    conf = build(server_args)
+            with published(**plan.fields) as server_args:
+                conf = build(server_args)
+                slots, requests = _counts(conf, plan)
+                if plan.available_gib:
                     with sglang_rejects("SGLang cannot size this model's pools"):
                         sized = size_budget(conf, plan.available_gib, server_args)
-                sizing[column] = sized
-                if sized["fits"]:
-                    slots, requests = (
-                        sized["mamba_slots"],
-                        sized["max_running_requests"],
-                    )
-                if slots > MAX_SLOTS:
-                    raise CensusError(
-                        f"{plan.available_gib:g} GiB available sizes {slots:,} "
-                        f"mamba slots, more than the census builds ({MAX_SLOTS:,}); "
-                        f"give --max-mamba-cache-size"
-                    )
+                    sizing[column] = sized
+                    if sized["fits"]:
+                        slots = sized["mamba_slots"]
+                        requests = sized["max_running_requests"]
+            if slots > MAX_SLOTS or requests > MAX_SLOTS:
+                raise CensusError(
+                    f"{slots:,} mamba slots and {requests:,} requests: more than the "
+                    f"census builds ({MAX_SLOTS:,}); give --max-mamba-cache-size "
+                    f"and --max-running-requests"
+                )
             fields = dict(
                 plan.fields, max_mamba_cache_size=slots, max_running_requests=requests
             )
@@ -102,6 +83,15 @@ def census_role(mc, layers: tuple[int, int], plan: RolePlan) -> tuple:
     return pools, sizing
 
 
+def _counts(conf, plan: RolePlan) -> tuple[int, int]:
+    """(mamba slots, requests) where no sizing settles them: the slot count as
+    set, else SGLang's own slots per request (``_calculate_mamba_ratio``: 1 with
+    the radix cache off, more with an extra buffer) times the requests."""
+    if plan.slots:
+        return plan.slots, plan.requests
+    return conf._calculate_mamba_ratio() * plan.requests, plan.requests
+
+
 def require_state(roles: dict, linear_layers: int) -> None:
     """A census needs state to count: ssm state, or conv state alone (short-conv
     hybrids keep only a convolution window per layer)."""
@@ -111,76 +101,3 @@ def require_state(roles: dict, linear_layers: int) -> None:
             f"SGLang gives this config's {linear_layers} linear-attention layers "
             f"0 bytes of ssm state and of conv state: nothing to count"
         )
-
-
-def legacy_plan(inputs: Inputs, role: str) -> RolePlan:
-    """The plan for ``--model``/``--config`` with the census's own flags."""
-    return RolePlan(
-        fields=server_fields(inputs, role, sizing=bool(inputs.available_gib)),
-        slots=inputs.mamba_slots,
-        requests=inputs.max_running_requests,
-        available_gib=inputs.available_gib,
-    )
-
-
-def run(inputs: Inputs) -> dict:
-    """The census: roles -> upstream/plugin -> components, verify-only and total bytes."""
-    inputs.validate()
-    with ssm_dtype(inputs.mamba_ssm_dtype):
-        return _run(inputs)
-
-
-def _run(inputs: Inputs) -> dict:
-    import sglang
-
-    mc, linear = prepare(inputs)
-    check_tp_heads(linear, inputs.tp)
-    with parallel(tp=inputs.tp):
-        # 0.5.23 reads parallel config leaves from the published configuration too.
-        with published(**server_fields(inputs, "null")):
-            cache_params = cache_params_of(linear, mc, inputs.tp)
-        linear_layers = list(cache_params.layers)
-        if inputs.pp > mc.num_hidden_layers:
-            raise CensusError(
-                f"--pp {inputs.pp} is more than this model's "
-                f"{mc.num_hidden_layers} layers"
-            )
-        layers = stage_layers(mc.num_hidden_layers, inputs.pp, linear_layers)
-        roles, capacity_rows = {}, {}
-        for role in ROLES:
-            roles[role], capacity_rows[role] = census_role(
-                mc, layers, legacy_plan(inputs, role)
-            )
-        warmup_rows = warmup(inputs, mc)
-    require_state(roles, len(linear_layers))
-    result = {
-        "sglang_version": sglang.__version__,
-        "model": inputs.model or os.path.abspath(inputs.config),
-        "inputs": {
-            "tp": inputs.tp,
-            "pp": inputs.pp,
-            "pp_stage_layers": list(layers),
-            "max_running_requests": inputs.max_running_requests,
-            "max_mamba_cache_size": inputs.mamba_slots,
-            "speculative_num_draft_tokens": inputs.speculative_num_draft_tokens,
-            "mamba_ssm_dtype": str(cache_params.dtype.temporal).replace("torch.", ""),
-            "context_length": mc.context_len,
-            "page_size": inputs.page_size,
-            "mamba_radix_cache_strategy": inputs.mamba_radix_cache_strategy,
-        },
-        "roles": roles,
-        "warmup": warmup_rows,
-    }
-    if inputs.available_gib:
-        result["inputs"]["available_gib"] = inputs.available_gib
-        result["inputs"]["mamba_sizing"] = (
-            "explicit (--max-mamba-cache-size)"
-            if inputs.max_mamba_cache_size
-            else (
-                "from running requests (radix cache off)"
-                if inputs.disable_radix_cache
-                else "automatic (ratio of the budget)"
-            )
-        )
-        result["capacity"] = capacity_rows
-    return result

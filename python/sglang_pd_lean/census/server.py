@@ -3,16 +3,20 @@
     result = run_launch(Launch(argv=["--model-path", folder, "--tp", "4"], gpu=gpu))
     result["resolved"]["decode"]["disable_radix_cache"]  # True: SGLang's PD hook
 
-Each role is the same flags with ``--disaggregation-mode`` replaced, resolved by
-SGLang (``launch``); its memory per rank comes from ``memory``; its pools and sizing
-run on the resolved configuration, published as it is, with the page size and the
-draft-model description SGLang's own model runner would use.
+The one road of every report (``report``'s census flags are shorthand for launch
+flags). Each role is the same flags with ``--disaggregation-mode`` replaced,
+resolved by SGLang (``launch``); the model on one rank is built once
+(``RankModel``); each role's memory per rank comes from ``memory``; its pools and
+sizing run on the resolved configuration, published as it is, with the page size
+and the draft-model description SGLang's own model runner would use. A launch with
+``sized=False`` (no memory named) builds each pool at the flags' own counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from sglang_pd_lean.census.inputs import (
     DEFAULT_MODEL,
@@ -62,6 +66,9 @@ class Launch:
     available_gib: float | None = None  # exact total_rest_memory, every role
     weights_gib: float | None = None  # target + draft weights per rank
     weights: Weights | None = None  # already known (a rerun of the same model)
+    # False: no memory is named (census flags alone): the pools at the flags' own
+    # counts, with no weights, sizing, capacity or advice.
+    sized: bool = True
 
 
 def launch_argv(launch: Launch) -> tuple[list[str], str, str]:
@@ -127,141 +134,200 @@ def _sizing_name(fields: dict) -> str:
     return "automatic (ratio of the budget)"
 
 
-def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
-    """The census per role for the launch: resolved values, memory, pools, sizing.
-    ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
-    one sizing step of a search, saves the others' resolution and pools)."""
-    argv, folder, name = launch_argv(launch)
-    data = read_config_dict(Inputs(config=folder))
-    role = given_role(argv)
-    columns = tuple(r for r in ROLES if r in only)
-    resolving = tuple(r for r in ROLES if r in columns or r == role)
-    servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
-    # SGLang's model classes build in a forked child; the sizing waits for them.
-    build = None
-    known = launch.weights is not None or launch.weights_gib is not None
-    if launch.available_gib is None and not known and build_weights():
-        build = Build(servers[role])
-    try:
-        return _census(launch, argv, folder, name, data, role, columns, servers, build)
-    finally:
-        if build is not None:
-            build.cancel()
+@dataclasses.dataclass(frozen=True)
+class RankModel:
+    """What is known of the model on one rank, built once and read by every role:
+    SGLang's ``ModelConfig``, its linear-state config and cache parameters, and the
+    pipeline stage that sets the peak."""
+
+    config: Any  # SGLang's ModelConfig
+    linear: Any  # SGLang's linear-state (mambaish) config
+    cache_params: Any  # its mamba2_cache_params at this TP
+    layers: tuple[int, int]  # [start, end) of the stage counted
+    tp: int
+    pp: int
+
+    @property
+    def ssm_dtype(self) -> str:
+        return str(self.cache_params.dtype.temporal).replace("torch.", "")
 
 
-def _census(launch, argv, folder, name, data, role, columns, servers, build) -> dict:
-    import sglang
+def rank_model(base: dict, data: dict) -> RankModel:
+    """The model on rank 0 of the resolved configuration ``base`` (published, with
+    its ssm dtype and TP layout, as SGLang's model runner sees them)."""
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.mem_cache import kv_cache_configurator
 
-    fields = {r: resolved_fields(s) for r, s in servers.items()}
-    base = fields[role]
     with published(**base) as server_args:
         with sglang_rejects("SGLang cannot load this config"):
             mc = ModelConfig.from_server_args(server_args)
     linear = linear_of(mc, data)
     tp, pp = base["tp_size"], base["pp_size"]
     check_tp_heads(linear, tp)
-    ratio = getattr(
-        kv_cache_configurator, "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO", 3
-    )
-    weights = launch.weights
-    if launch.available_gib is None and weights is None:
-        built = build.result() if build is not None else None
-        weights = weights_per_rank(
-            folder, tp=tp, built=built, weights_gib=launch.weights_gib
+    with published(**base):
+        cache_params = cache_params_of(linear, mc, tp)
+    if pp > mc.num_hidden_layers:
+        raise CensusError(
+            f"--pp {pp} is more than this model's {mc.num_hidden_layers} layers"
         )
-        if weights is None:
-            why = built["error"] if built else f"{BUILD_ENV} is off"
-            raise CensusError(
-                f"cannot tell the weights per rank of {name}: SGLang's model class "
-                f"did not build ({why}) and there is no {folder}/{INDEX}; "
-                f"give --weights-gib (per rank) or --available-gib"
-            )
-    with ssm_dtype(base.get("mamba_ssm_dtype")), parallel(tp=tp):
-        with published(**base):
-            cache_params = cache_params_of(linear, mc, tp)
-        linear_layers = list(cache_params.layers)
-        if pp > mc.num_hidden_layers:
-            raise CensusError(
-                f"--pp {pp} is more than this model's {mc.num_hidden_layers} layers"
-            )
-        layers = stage_layers(mc.num_hidden_layers, pp, linear_layers)
+    layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
+    return RankModel(mc, linear, cache_params, layers, tp, pp)
+
+
+def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
+    """The census per role for the launch: resolved values, memory, pools, sizing.
+    ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
+    one sizing step of a search, saves the others' resolution and pools)."""
+    argv, folder, name = launch_argv(launch)
+    role = given_role(argv)
+    columns = tuple(r for r in ROLES if r in only)
+    resolving = tuple(r for r in ROLES if r in columns or r == role)
+    servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
+    # SGLang's model classes build in a forked child; the sizing waits for them.
+    build = None
+    if _needs_weights(launch) and launch.weights_gib is None and build_weights():
+        build = Build(servers[role])
+    try:
+        road = _Road(launch, argv, folder, name, role, columns)
+        return _census(road, servers, build)
+    finally:
+        if build is not None:
+            build.cancel()
+
+
+def _needs_weights(launch: Launch) -> bool:
+    """The sizing needs the weights per rank, and they are not known yet."""
+    return launch.sized and launch.available_gib is None and launch.weights is None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Road:
+    """One census's launch: the flags as resolved, and the roles wanted."""
+
+    launch: Launch
+    argv: list[str]
+    folder: str
+    name: str
+    role: str  # the role the flags name
+    columns: tuple[str, ...]  # the roles reported
+
+
+def _weights(road: _Road, tp: int, build) -> Weights | None:
+    """Target and draft weights per rank, where the sizing needs them."""
+    launch = road.launch
+    if not _needs_weights(launch):
+        return launch.weights
+    built = build.result() if build is not None else None
+    weights = weights_per_rank(
+        road.folder, tp=tp, built=built, weights_gib=launch.weights_gib
+    )
+    if weights is None:
+        why = built["error"] if built else f"{BUILD_ENV} is off"
+        raise CensusError(
+            f"cannot tell the weights per rank of {road.name}: SGLang's model class "
+            f"did not build ({why}) and there is no {road.folder}/{INDEX}; "
+            f"give --weights-gib (per rank) or --available-gib"
+        )
+    return weights
+
+
+def memory_of(launch: Launch, fields: dict, weights: Weights | None) -> dict | None:
+    """The memory one role's sizing receives, and where it comes from; None for a
+    census that does not size (the pools at the flags' own counts)."""
+    if not launch.sized:
+        return None
+    if launch.available_gib is not None:
+        return {"available_gib": launch.available_gib, "source": "--available-gib"}
+    mfs = fields["mem_fraction_static"]
+    return {
+        "gpu_gib": launch.gpu.memory_gib,
+        "cuda_context_gib": CUDA_CONTEXT_GIB,
+        "mem_fraction_static": mfs,
+        "weights_bytes": weights.target_bytes,
+        "draft_weights_bytes": weights.draft_bytes,
+        "weights_source": weights.source,
+        "available_gib": available_gib(
+            gpu_gib=launch.gpu.memory_gib, mem_fraction_static=mfs, weights=weights
+        ),
+        "source": "(T - C) * mem_fraction_static - weights",
+    }
+
+
+def _role_census(model: RankModel, fields: dict, memory: dict | None) -> tuple:
+    """One role's (pools, sizing or None), with SGLang's draft-model description."""
+    with published(**fields) as server_args:
+        aux = spec_aux(server_args, model.config)
+    plan = RolePlan(
+        fields=fields,
+        slots=fields["max_mamba_cache_size"],
+        requests=fields["max_running_requests"] or 256,
+        available_gib=max(memory["available_gib"], 1e-9) if memory else None,
+        page_size=fields["page_size"] or 1,
+        spec_aux=aux,
+    )
+    pools, sizing = census_role(model.config, model.layers, plan)
+    for column in ("upstream", "plugin") if sizing else ():
+        sized = sizing[column]
+        sized["mamba_sizing"] = _sizing_name(fields)
+        asked = fields["max_running_requests"]
+        sized["requests_capped"] = bool(
+            sized["fits"] and asked and sized["max_running_requests"] < asked
+        )
+    if memory is not None:
+        memory["draft_layers_in_kv_sizing"] = aux.eagle_draft_num_layers or 0
+    return pools, sizing
+
+
+def _census(road: _Road, servers: dict, build) -> dict:
+    fields = {r: resolved_fields(s) for r, s in servers.items()}
+    base = fields[road.role]
+    data = read_config_dict(Inputs(config=road.folder))
+    with ssm_dtype(base.get("mamba_ssm_dtype")), parallel(tp=base["tp_size"]):
+        model = rank_model(base, data)
+        weights = _weights(road, model.tp, build)
         roles, capacity, memory, warm = {}, {}, {}, {}
-        for r in columns:
-            f = fields[r]
-            mfs = f["mem_fraction_static"]
-            if launch.available_gib is not None:
-                available = launch.available_gib
-                memory[r] = {"available_gib": available, "source": "--available-gib"}
-            else:
-                available = available_gib(
-                    gpu_gib=launch.gpu.memory_gib,
-                    mem_fraction_static=mfs,
-                    weights=weights,
-                )
-                memory[r] = {
-                    "gpu_gib": launch.gpu.memory_gib,
-                    "cuda_context_gib": CUDA_CONTEXT_GIB,
-                    "mem_fraction_static": mfs,
-                    "weights_bytes": weights.target_bytes,
-                    "draft_weights_bytes": weights.draft_bytes,
-                    "weights_source": weights.source,
-                    "available_gib": available,
-                    "source": "(T - C) * mem_fraction_static - weights",
-                }
-            requests = f["max_running_requests"] or 256
-            with published(**f) as server_args:
-                aux = spec_aux(server_args, mc)
-            plan = RolePlan(
-                fields=f,
-                slots=f["max_mamba_cache_size"] or ratio * requests,
-                requests=requests,
-                available_gib=max(available, 1e-9),
-                page_size=f["page_size"] or 1,
-                spec_aux=aux,
-            )
-            roles[r], capacity[r] = census_role(mc, layers, plan)
-            for column in ("upstream", "plugin"):
-                sized = capacity[r][column]
-                sized["mamba_sizing"] = _sizing_name(f)
-                asked = f["max_running_requests"]
-                sized["requests_capped"] = bool(
-                    sized["fits"] and asked and sized["max_running_requests"] < asked
-                )
-            memory[r]["draft_layers_in_kv_sizing"] = aux.eagle_draft_num_layers or 0
-            warm[r] = (
-                f,
-                roles[r]["plugin"]["request_slots"],
-                f["speculative_num_draft_tokens"] or 1,
-            )
-        warmup = warmup_rows(mc, warm)
-    require_state(roles, len(linear_layers))
+        for r in road.columns:
+            memory[r] = memory_of(road.launch, fields[r], weights)
+            roles[r], capacity[r] = _role_census(model, fields[r], memory[r])
+            requests = roles[r]["plugin"]["request_slots"]
+            draft = fields[r]["speculative_num_draft_tokens"] or 1
+            warm[r] = (fields[r], requests, draft)
+        warmup = warmup_rows(model.config, warm)
+    require_state(roles, len(list(model.cache_params.layers)))
+    result = _assemble(road, model, base, roles)
+    result["resolved"] = {r: summary(servers[r]) for r in road.columns}
+    result["warmup"] = warmup
+    if road.launch.sized:
+        first = memory.get(road.role, memory[road.columns[0]])
+        result["inputs"]["available_gib"] = first["available_gib"]
+        result["inputs"]["mamba_sizing"] = _sizing_name(base)
+        result.update(memory=memory, capacity=capacity)
+    return result
+
+
+def _assemble(road: _Road, model: RankModel, base: dict, roles: dict) -> dict:
+    """The result's head: what was run, on what, and the pools per role."""
+    import sglang
+
     return {
         "sglang_version": sglang.__version__,
-        "model": name,
+        "model": road.name,
         "launch": {
-            "argv": argv,
-            "role": role,
-            "gpu": dataclasses.asdict(launch.gpu),
+            "argv": road.argv,
+            "role": road.role,
+            "gpu": dataclasses.asdict(road.launch.gpu),
+            "sized": road.launch.sized,
         },
         "inputs": {
-            "tp": tp,
-            "pp": pp,
-            "pp_stage_layers": list(layers),
+            "tp": model.tp,
+            "pp": model.pp,
+            "pp_stage_layers": list(model.layers),
             "max_running_requests": base["max_running_requests"],
             "max_mamba_cache_size": base["max_mamba_cache_size"],
             "speculative_num_draft_tokens": base["speculative_num_draft_tokens"] or 0,
-            "mamba_ssm_dtype": str(cache_params.dtype.temporal).replace("torch.", ""),
-            "context_length": mc.context_len,
+            "mamba_ssm_dtype": model.ssm_dtype,
+            "context_length": model.config.context_len,
             "page_size": base["page_size"] or 1,
             "mamba_radix_cache_strategy": base.get("mamba_radix_cache_strategy"),
-            "available_gib": memory.get(role, memory[columns[0]])["available_gib"],
-            "mamba_sizing": _sizing_name(base),
         },
-        "resolved": {r: summary(servers[r]) for r in columns},
-        "memory": memory,
         "roles": roles,
-        "warmup": warmup,
-        "capacity": capacity,
     }

@@ -1,6 +1,6 @@
 """Transient warmup buffers per role: the FlashInfer-autotune dummy-decode batch.
 
-    rows = warmup(inputs, mc)
+    rows = warmup_rows(mc, {"prefill": (fields, 256, 4)})
     rows["prefill"]["plugin"]["autotune_buffers_bytes"]
 
 Upstream's ``EagerRunner._autotune_buffers`` runs under ``FakeTensorMode`` on a model
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import types
 
-from sglang_pd_lean.census.inputs import ROLES, Inputs
-from sglang_pd_lean.census.pools import published, server_fields
+from sglang_pd_lean.census.pools import published
 from sglang_pd_lean.role import setting, upstream_behaviour
 
 
@@ -67,18 +66,3 @@ def warmup_rows(mc, plans: dict[str, tuple[dict, int, int]]) -> dict:
             "plugin": {"autotune_buffers_bytes": plugin},
         }
     return rows
-
-
-def warmup(inputs: Inputs, mc) -> dict:
-    """Per role, for the census's own flags."""
-    return warmup_rows(
-        mc,
-        {
-            role: (
-                server_fields(inputs, role),
-                inputs.max_running_requests,
-                inputs.speculative_num_draft_tokens,
-            )
-            for role in ROLES
-        },
-    )

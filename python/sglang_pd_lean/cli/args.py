@@ -13,21 +13,6 @@ import argparse
 from sglang_pd_lean import __version__
 from sglang_pd_lean.census.launch import DEFAULT_GPU, GPUS, LOCAL
 
-# The census's own server flags: with a launch command they come after --.
-CENSUS_FLAGS = (
-    "tp",
-    "pp",
-    "max_running_requests",
-    "max_mamba_cache_size",
-    "speculative_num_draft_tokens",
-    "mamba_ssm_dtype",
-    "context_length",
-    "page_size",
-    "mamba_radix_cache_strategy",
-    "disable_radix_cache",
-)
-LAUNCH_ONLY = ("gpu", "gpu_memory_gib", "gpu_sm", "weights_gib")
-
 
 class UsageError(Exception):
     """The command cannot run as asked (a flag, a file, a missing package): one line
@@ -177,56 +162,53 @@ def _model_source(report: argparse.ArgumentParser) -> None:
 
 
 def _census_flags(report: argparse.ArgumentParser) -> None:
-    """``report``'s census flags (shorthand for launch flags)."""
+    """``report``'s census flags: shorthand for the launch flags they name
+    (``census.launch.SHORTHAND``); alone, they describe a speculative server."""
     from sglang_pd_lean.census.inputs import MAMBA_RADIX_CACHE_STRATEGIES, SSM_DTYPES
 
-    report.add_argument("--tp", type=_positive_int, default=1, help="attention TP size")
-    report.add_argument("--pp", type=_positive_int, default=1, help="pipeline stages")
-    report.add_argument(
-        "--max-running-requests", type=_positive_int, default=256, help="request slots"
+    census = report.add_argument_group(
+        "census flags",
+        "shorthand for the launch_server flags they name (--tp is --tp-size, --pp "
+        "--pp-size, the others as spelled); without a launch command they describe "
+        "an EAGLE-chain speculative server of 256 requests and 4 draft tokens, and "
+        "the pools are built at those counts unless the memory is named (--gpu, "
+        "--available-gib, ...)",
     )
-    report.add_argument(
+    census.add_argument("--tp", type=_positive_int, help="attention TP size")
+    census.add_argument("--pp", type=_positive_int, help="pipeline stages")
+    census.add_argument(
+        "--max-running-requests", type=_positive_int, help="request slots"
+    )
+    census.add_argument(
         "--max-mamba-cache-size",
         type=_positive_int,
-        help="mamba state slots (default: 3 x running requests; with --available-gib, "
-        "SGLang's automatic sizing)",
+        help="mamba state slots (default: SGLang's, from the running requests or "
+        "the budget)",
     )
-    report.add_argument(
+    census.add_argument(
         "--speculative-num-draft-tokens",
         type=_positive_int,
-        default=4,
         help="draft tokens per verify step",
     )
-    report.add_argument(
-        "--mamba-ssm-dtype",
-        choices=SSM_DTYPES,
-        help="ssm state dtype (default: the model's)",
-    )
-    report.add_argument(
-        "--context-length",
-        type=_positive_int,
-        help="context length (default: the model's)",
-    )
-    report.add_argument(
-        "--page-size", type=_positive_int, default=1, help="KV cache page size"
-    )
-    report.add_argument(
+    census.add_argument("--mamba-ssm-dtype", choices=SSM_DTYPES, help="ssm state dtype")
+    census.add_argument("--context-length", type=_positive_int, help="context length")
+    census.add_argument("--page-size", type=_positive_int, help="KV cache page size")
+    census.add_argument(
         "--mamba-radix-cache-strategy",
         choices=MAMBA_RADIX_CACHE_STRATEGIES,
-        help="as the server's flag (default: SGLang's, which sizes like no_buffer "
-        "here; a launched server may resolve auto to extra_buffer)",
+        help="as the server's flag",
     )
-    report.add_argument(
+    census.add_argument(
+        "--disable-radix-cache",
+        action="store_true",
+        help="as the server's flag (mamba slots from running requests)",
+    )
+    census.add_argument(
         "--available-gib",
         type=_positive_finite_float,
         help="GPU memory per rank left after weights (the total_rest_memory SGLang's "
         "mamba sizing receives), used exactly: adds KV capacity rows and builds the "
         "pools with the slots SGLang sizes from it",
-    )
-    report.add_argument(
-        "--disable-radix-cache",
-        action="store_true",
-        help="size mamba slots from running requests (SGLang's radix-off branch)",
     )
 
 
@@ -235,9 +217,8 @@ def _launch_flags(report: argparse.ArgumentParser) -> None:
     launch = report.add_argument_group(
         "a launch command",
         "report [these options] -- <python -m sglang.launch_server flags>: the server "
-        "flags resolved by the installed SGLang on the GPU named here (the flags above "
-        "from --tp to --disable-radix-cache are then given after --, as the server "
-        "takes them)",
+        "flags resolved by the installed SGLang on the GPU named here (a census flag "
+        "that disagrees with a flag after -- is an error)",
     )
     launch.add_argument(
         "--gpu",
@@ -269,25 +250,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
         argv, launch = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
     args.launch = launch
-    if args.command != "report":
-        return args
-    if launch is not None:
-        defaults = build_parser().parse_args(["report"])
-        given = [n for n in CENSUS_FLAGS if getattr(args, n) != getattr(defaults, n)]
-        if given:
-            flags = ", ".join("--" + n.replace("_", "-") for n in given)
-            raise UsageError(
-                f"{flags}: with a launch command, give server flags after --, "
-                f"as launch_server takes them"
-            )
-        if not launch:
-            raise UsageError("nothing after --: give the launch_server flags")
-    else:
-        given = [n for n in LAUNCH_ONLY if getattr(args, n) is not None]
-        if given:
-            flags = ", ".join("--" + n.replace("_", "-") for n in given)
-            raise UsageError(
-                f"{flags} describe a launch: report {flags.split(',')[0]} ... "
-                f"-- <launch_server flags>"
-            )
+    if args.command == "report" and launch is not None and not launch:
+        raise UsageError("nothing after --: give the launch_server flags")
     return args

@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
+from sglang_pd_lean.census.inputs import COLUMNS, ROLE_LABELS, ROLE_TITLES
 from sglang_pd_lean.cli.args import UsageError
-from sglang_pd_lean.cli.table import ROLE_TITLES, component_rows
+from sglang_pd_lean.cli.table import component_rows
 
 
 def chart(result: dict):
@@ -28,7 +29,7 @@ def chart(result: dict):
     roles = result["roles"]
     labels, columns = [], []
     for role, cols in roles.items():
-        for col in ("upstream", "plugin"):
+        for col in COLUMNS:
             labels.append(f"{ROLE_TITLES[role]}\n{col}")
             columns.append(cols[col]["components"])
     capacity = result.get("capacity")
@@ -73,12 +74,12 @@ def capacity_bars(ax, capacity: dict, advice: list) -> None:
 
     labels, heights, texts = [], [], []
     rows = [
-        (f"{ROLE_TITLES[role].split()[0]}\n{col}", cols[col])
+        (f"{ROLE_LABELS[role]}\n{col}", cols[col])
         for role, cols in capacity.items()
-        for col in ("upstream", "plugin")
+        for col in COLUMNS
     ]
     rows += [
-        (f"prefill\n{choice['title'].split(' ', 1)[0]}", choice["capacity"])
+        (f"{ROLE_LABELS['prefill']}\n{choice['choice']}", choice["capacity"])
         for choice in advice
     ]
     for label, sized in rows:

@@ -8,12 +8,13 @@ SIGINT, SIGTERM and SIGHUP end the command with one line and exit code 128 + sig
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import sys
 
-from sglang_pd_lean.census.inputs import CensusError
+from sglang_pd_lean.census.inputs import MAX_SLOTS, CensusError
 from sglang_pd_lean.cli.args import UsageError, parse
 from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
@@ -31,60 +32,67 @@ class _Stopped(BaseException):
 
 def cmd_report(args) -> int:
     from sglang_pd_lean import census
+    from sglang_pd_lean.census.server import check
 
     if args.list_models:
         for name in census.bundled_models():
             print(name)
         return 0
-    if args.launch is not None:
-        return _report(args, _launch_census(args))
-    inputs = census.Inputs(
-        model=args.model or (None if args.config else census.DEFAULT_MODEL),
-        config=args.config,
-        tp=args.tp,
-        pp=args.pp,
-        max_running_requests=args.max_running_requests,
-        max_mamba_cache_size=args.max_mamba_cache_size,
-        speculative_num_draft_tokens=args.speculative_num_draft_tokens,
-        mamba_ssm_dtype=args.mamba_ssm_dtype,
-        context_length=args.context_length,
-        available_gib=args.available_gib,
-        disable_radix_cache=args.disable_radix_cache,
-        page_size=args.page_size,
-        mamba_radix_cache_strategy=args.mamba_radix_cache_strategy,
-    )
+    launch, shorthand = report_launch(args)
     # Everything plain Python can check, before SGLang's import (~20 s).
-    inputs.validate()
-    census.read_config_dict(inputs)
-    if args.png:
-        check_png_target(args.png)
-    load_sglang_plugins()
-    require_seams()
-    return _report(args, census.run(inputs))
-
-
-def _launch_census(args) -> dict:
-    """The census of ``report ... -- <launch_server flags>``."""
-    from sglang_pd_lean.census.advice import advise
-    from sglang_pd_lean.census.launch import gpu_facts
-    from sglang_pd_lean.census.server import Launch, check, run_launch
-
-    launch = Launch(
-        argv=args.launch,
-        gpu=gpu_facts(args.gpu, args.gpu_memory_gib, args.gpu_sm),
-        model=args.model,
-        config=args.config,
-        available_gib=args.available_gib,
-        weights_gib=args.weights_gib,
-    )
     check(launch)
     if args.png:
         check_png_target(args.png)
     load_sglang_plugins()
     require_seams()
+    return _report(args, report_result(launch, shorthand))
+
+
+def report_result(launch, shorthand: list[str]) -> dict:
+    """The report's result: the census of ``launch`` with the census flags'
+    ``shorthand`` added to its flags, and the advice where it is sized."""
+    from sglang_pd_lean.census.advice import advise
+    from sglang_pd_lean.census.launch import merged_argv
+    from sglang_pd_lean.census.server import run_launch
+
+    launch = dataclasses.replace(launch, argv=merged_argv(shorthand, launch.argv))
     result = run_launch(launch)
-    result.update(advise(launch, result))
+    if launch.sized:
+        result.update(advise(launch, result))
     return result
+
+
+def report_launch(args) -> tuple:
+    """(the launch ``report`` describes, the census flags' launch flags still to
+    add to the flags after --). The census flags are shorthand for the launch flags
+    they name; alone they describe a speculative server
+    (``census.launch.SHORTHAND_DEFAULTS``). Sized where a launch command or the
+    memory is given; census flags alone: the pools at their own counts."""
+    from sglang_pd_lean.census.launch import SHORTHAND, gpu_facts, shorthand_argv
+    from sglang_pd_lean.census.server import Launch
+
+    for dest in ("max_running_requests", "max_mamba_cache_size"):
+        value = getattr(args, dest)
+        if value is not None and value > MAX_SLOTS:
+            raise CensusError(
+                f"--{dest.replace('_', '-')} {value:,} is more than the census "
+                f"builds ({MAX_SLOTS:,} slots)"
+            )
+    alone = args.launch is None
+    shorthand = shorthand_argv(
+        {dest: getattr(args, dest) for dest in SHORTHAND}, alone=alone
+    )
+    memory = (args.gpu, args.gpu_memory_gib, args.gpu_sm, args.available_gib)
+    launch = Launch(
+        argv=shorthand if alone else list(args.launch),
+        gpu=gpu_facts(args.gpu, args.gpu_memory_gib, args.gpu_sm),
+        model=args.model,
+        config=args.config,
+        available_gib=args.available_gib,
+        weights_gib=args.weights_gib,
+        sized=not alone or any(v is not None for v in (*memory, args.weights_gib)),
+    )
+    return launch, [] if alone else shorthand
 
 
 def _report(args, result: dict) -> int:

@@ -1,21 +1,19 @@
 """The report as a table: one column per role and column (upstream, plugin), rows per
 component, capacity and notes.
 
-    print(render_table(census.run(inputs)))
+    print(render_table(census.run_launch(launch)))
 
 Cells read in GiB, MiB, KiB or B (``sglang_pd_lean.units``); columns right-aligned.
 """
 
 from __future__ import annotations
 
+import shlex
+
 from sglang_pd_lean.accounting import COMPONENT_ORDER
+from sglang_pd_lean.census.inputs import COLUMNS, ROLE_TITLES
 from sglang_pd_lean.units import human_bytes
 
-ROLE_TITLES = {
-    "prefill": "prefill target",
-    "decode": "decode target",
-    "null": "unified (null)",
-}
 OTHER = "other bookkeeping"
 
 
@@ -58,10 +56,28 @@ def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_table(result: dict) -> str:
+    """The whole report: header, launch, pools per role and column, capacity,
+    sizing notes and advice."""
+    lines = _head(result)
+    if "resolved" in result:
+        lines += launch_header(result) + [""]
+    roles, capacity = result["roles"], result.get("capacity")
+    rows = _pool_rows(roles) + _warmup_rows(result.get("warmup"))
+    if capacity:
+        rows += _capacity_rows(capacity)
+    lines += _grid([""] + [ROLE_TITLES[role] for role in roles], rows)
+    if capacity:
+        lines += ["", *_sizing_lines(result), *_capacity_notes(result)]
+    if "advice" in result:
+        lines += ["", *advice_lines(result)]
+    return "\n".join(lines)
+
+
+def _head(result: dict) -> list[str]:
     inputs = result["inputs"]
     stage = inputs["pp_stage_layers"]
     strategy = inputs.get("mamba_radix_cache_strategy")
-    lines = [
+    return [
         f"SGLang {result['sglang_version']}, model {result['model']}: bytes per rank",
         f"TP {inputs['tp']}, PP {inputs['pp']} (layers {stage[0]}-{stage[1] - 1}), "
         f"{inputs['speculative_num_draft_tokens']} draft tokens, "
@@ -70,25 +86,31 @@ def render_table(result: dict) -> str:
         + (f", mamba radix cache {strategy}" if strategy else ""),
         "",
     ]
-    if "resolved" in result:
-        lines += launch_header(result) + [""]
-    roles = result["roles"]
-    titles = [""] + [ROLE_TITLES[role] for role in roles]
-    columns = [col for r in roles.values() for col in (r["upstream"], r["plugin"])]
+
+
+def _cells(roles: dict, cell) -> list[str]:
+    """One cell per role and column, in the table's order."""
+    return [cell(columns[col]) for columns in roles.values() for col in COLUMNS]
+
+
+def _pool_rows(roles: dict) -> list[list[str]]:
+    """Slots, bytes per component, totals and the plugin's change, per column."""
     rows = [["component"] + ["upstream", "plugin"] * len(roles)]
-    rows.append(["request slots"] + [f"{c['request_slots']:,}" for c in columns])
-    rows.append(["mamba slots"] + [f"{c['mamba_slots']:,}" for c in columns])
+    rows.append(["request slots"] + _cells(roles, lambda c: f"{c['request_slots']:,}"))
+    rows.append(["mamba slots"] + _cells(roles, lambda c: f"{c['mamba_slots']:,}"))
     for label, names in component_rows(roles):
         rows.append(
             [label]
-            + [
-                human_bytes(sum(c["components"].get(n, 0) for n in names))
-                for c in columns
-            ]
+            + _cells(
+                roles,
+                lambda c, names=names: human_bytes(
+                    sum(c["components"].get(n, 0) for n in names)
+                ),
+            )
         )
-    rows.append(["total"] + [human_bytes(c["total_bytes"]) for c in columns])
+    rows.append(["total"] + _cells(roles, lambda c: human_bytes(c["total_bytes"])))
     rows.append(
-        ["verify-only"] + [human_bytes(c["verify_only_bytes"]) for c in columns]
+        ["verify-only"] + _cells(roles, lambda c: human_bytes(c["verify_only_bytes"]))
     )
     change = ["change with plugin"]
     for r in roles.values():
@@ -97,91 +119,87 @@ def render_table(result: dict) -> str:
             _signed(r["plugin"]["total_bytes"] - r["upstream"]["total_bytes"]),
         ]
     rows.append(change)
-    warm = result.get("warmup")
-    if warm:
-        rows.append(["warmup, transient:"] + [""] * len(columns))
-        rows.append(
-            ["autotune buffers"]
-            + [
-                human_bytes(w[col]["autotune_buffers_bytes"])
-                for w in warm.values()
-                for col in ("upstream", "plugin")
-            ]
-        )
-    capacity = result.get("capacity")
-    notes = []
-    if capacity:
-        rows.append(["capacity:"] + [""] * len(columns))
+    return rows
 
-        def cells(key, fmt):
-            return [
-                fmt(c[col][key]) if c[col]["fits"] else "does not fit"
-                for c in capacity.values()
-                for col in ("upstream", "plugin")
-            ]
 
-        rows.append(["KV cache"] + cells("kv_cache_bytes", human_bytes))
-        rows.append(["KV tokens"] + cells("kv_tokens", lambda v: f"{v:,}"))
-        unfit: dict[str, list[str]] = {}
-        for role, c in capacity.items():
-            for col in ("upstream", "plugin"):
-                if not c[col]["fits"]:
-                    unfit.setdefault(c[col]["reason"], []).append(
-                        f"{col} {ROLE_TITLES[role]}"
-                    )
-        for reason, where in unfit.items():
-            notes.append(f"does not fit ({reason}): {', '.join(where)}")
-        for role, c in capacity.items():
-            for col in ("upstream", "plugin"):
-                if c[col].get("requests_capped"):
-                    asked = result["resolved"][role]["max_running_requests"]
-                    notes.append(
-                        f"{col} {ROLE_TITLES[role]}: {c[col]['max_running_requests']:,} "
-                        f"of {asked:,} running requests (SGLang caps them by the mamba "
-                        f"slots and KV tokens it sized)"
-                    )
-        for role, c in capacity.items():
-            change = c["change"]
-            if change and any(change.values()):
-                said = [
-                    text
-                    for key, text in (
-                        ("mamba_slots", f"{change['mamba_slots']:+,} mamba slots"),
-                        (
-                            "kv_cache_bytes",
-                            f"KV cache {_signed(change['kv_cache_bytes'])}",
-                        ),
-                        ("kv_tokens", f"{change['kv_tokens']:+,} KV tokens"),
-                        (
-                            "max_running_requests",
-                            f"{change['max_running_requests']:+,} request slots",
-                        ),
-                    )
-                    if change[key]
-                ]
-                notes.append(f"{ROLE_TITLES[role]} with the plugin: {', '.join(said)}")
-    lines += _grid(titles, rows)
-    if capacity:
-        source = (
-            "the available memory above, per role"
-            if "memory" in result
-            else f"{inputs['available_gib']!r} GiB per rank after weights"
+def _warmup_rows(warm: dict | None) -> list[list[str]]:
+    if not warm:
+        return []
+    return [
+        ["warmup, transient:"] + [""] * (2 * len(warm)),
+        ["autotune buffers"]
+        + _cells(warm, lambda w: human_bytes(w["autotune_buffers_bytes"])),
+    ]
+
+
+def _capacity_rows(capacity: dict) -> list[list[str]]:
+    def cells(key, fmt):
+        return _cells(capacity, lambda c: fmt(c[key]) if c["fits"] else "does not fit")
+
+    return [
+        ["capacity:"] + [""] * (2 * len(capacity)),
+        ["KV cache"] + cells("kv_cache_bytes", human_bytes),
+        ["KV tokens"] + cells("kv_tokens", lambda v: f"{v:,}"),
+    ]
+
+
+def _sizing_lines(result: dict) -> list[str]:
+    inputs = result["inputs"]
+    source = (
+        "the available memory above, per role"
+        if "memory" in result
+        else f"{inputs['available_gib']!r} GiB per rank after weights"
+    )
+    lines = [
+        f"Sizing: SGLang's own, from {source}; mamba slots {inputs['mamba_sizing']}."
+    ]
+    if inputs["mamba_sizing"].startswith("automatic"):
+        lines.append(
+            "Automatic split: SGLang gives the mamba state a fixed share of the "
+            "budget; on a prefill target the plugin spends the verify reservation "
+            "on more mamba slots, not on KV (docs/memory-model.md)."
         )
-        lines += [
-            "",
-            f"Sizing: SGLang's own, from {source}; mamba slots "
-            f"{inputs['mamba_sizing']}.",
-        ]
-        if inputs["mamba_sizing"].startswith("automatic"):
-            lines.append(
-                "Automatic split: SGLang gives the mamba state a fixed share of the "
-                "budget; on a prefill target the plugin spends the verify reservation "
-                "on more mamba slots, not on KV (docs/memory-model.md)."
-            )
-        lines += notes
-    if "advice" in result:
-        lines += ["", *advice_lines(result)]
-    return "\n".join(lines)
+    return lines
+
+
+def _capacity_notes(result: dict) -> list[str]:
+    """Columns that do not fit (with SGLang's reason), requests SGLang capped, and
+    what the plugin changes in each role's sizing."""
+    capacity, notes = result["capacity"], []
+    unfit: dict[str, list[str]] = {}
+    for role, c in capacity.items():
+        for col in COLUMNS:
+            if not c[col]["fits"]:
+                unfit.setdefault(c[col]["reason"], []).append(
+                    f"{col} {ROLE_TITLES[role]}"
+                )
+    for reason, where in unfit.items():
+        notes.append(f"does not fit ({reason}): {', '.join(where)}")
+    for role, c in capacity.items():
+        for col in COLUMNS:
+            if c[col].get("requests_capped"):
+                asked = result["resolved"][role]["max_running_requests"]
+                notes.append(
+                    f"{col} {ROLE_TITLES[role]}: {c[col]['max_running_requests']:,} "
+                    f"of {asked:,} running requests (SGLang caps them by the mamba "
+                    f"slots and KV tokens it sized)"
+                )
+    for role, c in capacity.items():
+        said = _change_words(c["change"] or {})
+        if said:
+            notes.append(f"{ROLE_TITLES[role]} with the plugin: {', '.join(said)}")
+    return notes
+
+
+def _change_words(change: dict) -> list[str]:
+    """What the plugin changes in one role's sizing, the changed figures only."""
+    words = (
+        ("mamba_slots", lambda v: f"{v:+,} mamba slots"),
+        ("kv_cache_bytes", lambda v: f"KV cache {_signed(v)}"),
+        ("kv_tokens", lambda v: f"{v:+,} KV tokens"),
+        ("max_running_requests", lambda v: f"{v:+,} request slots"),
+    )
+    return [say(change[key]) for key, say in words if change.get(key)]
 
 
 # Resolved values shown per role, in this order, with their labels.
@@ -205,9 +223,10 @@ def _cell(value) -> str:
 
 
 def launch_header(result: dict) -> list[str]:
-    """What SGLang resolved from the launch flags, per role, and memory per rank."""
-    launch, resolved, memory = result["launch"], result["resolved"], result["memory"]
-    gpu = launch["gpu"]
+    """The launch flags, what SGLang resolved from them per role, and the memory
+    per rank where the launch is sized."""
+    launch, resolved = result["launch"], result["resolved"]
+    memory = result.get("memory")
     roles = list(resolved)
     rows = [["resolved by SGLang"] + [ROLE_TITLES[r] for r in roles]]
     rows.append(
@@ -216,10 +235,31 @@ def launch_header(result: dict) -> list[str]:
     )
     for key, label in RESOLVED_ROWS:
         rows.append([label] + [_cell(resolved[r][key]) for r in roles])
-    rows.append(
+    if memory:
+        rows += _memory_rows(memory, roles)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        f"Launch flags: {shlex.join(launch['argv'])}",
+        f"Launch flags resolved by SGLang on {_where(launch['gpu'])}; the other roles: "
+        f"the same flags with --disaggregation-mode replaced.",
+    ]
+    for row in rows:
+        cells = "".join(f"  {c:>{widths[i]}}" for i, c in enumerate(row[1:], 1))
+        lines.append(f"{row[0]:{widths[0]}}{cells}")
+    return lines + [_memory_source(memory)]
+
+
+def _where(gpu: dict) -> str:
+    if not gpu["sm"]:
+        return gpu["name"]
+    return f"{gpu['name']} ({gpu['memory_mib'] / 1024:.2f} GiB, SM {gpu['sm']})"
+
+
+def _memory_rows(memory: dict, roles: list[str]) -> list[list[str]]:
+    rows = [
         ["draft layers in KV"]
         + [str(memory[r]["draft_layers_in_kv_sizing"]) for r in roles]
-    )
+    ]
     if "weights_bytes" in memory[roles[0]]:
         rows.append(
             ["weights"] + [human_bytes(memory[r]["weights_bytes"]) for r in roles]
@@ -232,29 +272,23 @@ def launch_header(result: dict) -> list[str]:
         ["available (A)"]
         + [human_bytes(memory[r]["available_gib"] * (1 << 30)) for r in roles]
     )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    where = (
-        f"{gpu['name']} ({gpu['memory_mib'] / 1024:.2f} GiB, SM {gpu['sm']})"
-        if gpu["sm"]
-        else gpu["name"]
-    )
-    lines = [
-        f"Launch flags resolved by SGLang on {where}; the other roles: "
-        f"the same flags with --disaggregation-mode replaced.",
-    ]
-    for row in rows:
-        cells = "".join(f"  {c:>{widths[i]}}" for i, c in enumerate(row[1:], 1))
-        lines.append(f"{row[0]:{widths[0]}}{cells}")
-    first = memory[roles[0]]
-    if "weights_source" in first:
-        lines.append(
-            f"Weights: {first['weights_source']}. A = (T - C) * mem_fraction_static "
-            f"- weights, T the GPU's memory, C = {first['cuda_context_gib']:g} GiB "
-            f"of CUDA context and communicators (--available-gib gives A exactly)."
+    return rows
+
+
+def _memory_source(memory: dict | None) -> str:
+    if not memory:
+        return (
+            "Not sized: no memory named, so each pool is built at the flags' own "
+            "counts (--gpu or --available-gib sizes them as the server would)."
         )
-    else:
-        lines.append("Available memory A per rank: --available-gib, exactly.")
-    return lines
+    first = next(iter(memory.values()))
+    if "weights_source" not in first:
+        return "Available memory A per rank: --available-gib, exactly."
+    return (
+        f"Weights: {first['weights_source']}. A = (T - C) * mem_fraction_static "
+        f"- weights, T the GPU's memory, C = {first['cuda_context_gib']:g} GiB "
+        f"of CUDA context and communicators (--available-gib gives A exactly)."
+    )
 
 
 ADVICE_HEADER = ("KV cache", "KV tokens", "mamba slots", "request slots", "fits")
