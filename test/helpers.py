@@ -197,4 +197,44 @@ def census_of(*flags: str) -> dict:
 
     launch, shorthand = report_launch(parse(["report", *flags]))
     check(launch)
-    return report_result(launch, shorthand)
+    result = report_result(launch, shorthand)
+    assert_documented(result, "json.md")
+    return result
+
+
+def documented_keys(doc: str) -> list[str]:
+    """The key paths of the ``schema`` block of ``docs/<doc>``."""
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", doc)
+    with open(path) as f:
+        text = f.read()
+    block = text.split("```schema\n", 1)[1].split("```", 1)[0]
+    return [line.split()[0] for line in block.splitlines() if line.strip()]
+
+
+def printed_keys(value, documented: list[str], path: str = "") -> set[str]:
+    """Every key path in ``value``, as the docs write them: ``[]`` a list's items;
+    an object the docs mark ``{}`` holds data as keys and is not descended into;
+    one marked ``{*}`` holds data as keys, each value descended into."""
+    if path + "{}" in documented:
+        return {path + "{}"}
+    found = {path} if path else set()
+    if isinstance(value, dict) and path + "{*}" in documented:
+        found = (found - {path}) | {path + "{*}"}
+        for item in value.values():
+            found |= printed_keys(item, documented, path + "{*}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found |= printed_keys(item, documented, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        found = (found - {path}) | {path + "[]"}
+        for item in value:
+            found |= printed_keys(item, documented, path + "[]")
+    return found
+
+
+def assert_documented(result: dict, doc: str) -> set[str]:
+    """Every key ``result`` prints is in docs/``doc``; returns the keys printed."""
+    documented = documented_keys(doc)
+    printed = printed_keys(result, documented)
+    assert printed - set(documented) == set(), f"printed, not in docs/{doc}"
+    return printed

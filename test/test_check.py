@@ -21,7 +21,7 @@ import threading
 import time
 
 import pytest
-from helpers import sglang_minor, tiny_model_folder
+from helpers import assert_documented, documented_keys, sglang_minor, tiny_model_folder
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.compat import GateState
@@ -379,7 +379,7 @@ def test_prediction_equals_what_each_server_recorded(capsys, tmp_path):
             capsys, "--config", tiny_model_folder(tmp_path / "tiny"), *urls
         )
     assert code == 1
-    assert_documented(result, every_key=False)
+    check_documented(result, every_key=False)
     prefill, decode, bare = result["servers"]
     for server in (prefill, decode):
         figures = server["prediction"]["figures"]
@@ -402,38 +402,11 @@ def test_a_model_path_not_readable_here_asks_for_config(capsys):
 # ------------------------------------------------------------- docs/check.md
 
 
-def documented_keys() -> list[str]:
-    """The key paths of docs/check.md's ``schema`` block."""
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", "check.md")
-    with open(path) as f:
-        text = f.read()
-    block = text.split("```schema\n", 1)[1].split("```", 1)[0]
-    return [line.split()[0] for line in block.splitlines() if line.strip()]
-
-
-def printed_keys(value, path: str, maps: set[str]) -> set[str]:
-    """Every key path in ``value``, as docs/check.md writes them; an object whose
-    path the doc marks ``{}`` holds data as keys and is not descended into."""
-    found = {path} if path else set()
-    if path + "{}" in maps:
-        return {path + "{}"}
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found |= printed_keys(item, f"{path}.{key}" if path else key, maps)
-    elif isinstance(value, list):
-        found = (found - {path}) | {path + "[]"}
-        for item in value:
-            found |= printed_keys(item, path + "[]", maps)
-    return found
-
-
-def assert_documented(result: dict, every_key: bool) -> None:
-    documented = documented_keys()
-    maps = {k for k in documented if k.endswith("{}")}
-    printed = printed_keys(result, "", maps)
-    assert printed - set(documented) == set(), "printed, not in docs/check.md"
+def check_documented(result: dict, every_key: bool) -> None:
+    printed = assert_documented(result, "check.md")
     if every_key:
-        assert set(documented) - printed == set(), "in docs/check.md, never printed"
+        missing = set(documented_keys("check.md")) - printed
+        assert missing == set(), "in docs/check.md, never printed"
 
 
 @needs_recorded_release
@@ -452,7 +425,7 @@ def test_docs_list_every_key_check_prints_and_no_other(capsys, tmp_path):
         )
     assert code == 2 == result["exit_code"]
     assert result["schema_version"] == 1
-    assert_documented(result, every_key=True)
+    check_documented(result, every_key=True)
 
 
 def test_keys_without_a_prediction_are_documented(capsys):
@@ -461,7 +434,7 @@ def test_keys_without_a_prediction_are_documented(capsys):
         code, result = check_json(capsys, "--no-predict", *urls, nothing_listens())
     assert code == 2
     assert not any("prediction" in server for server in result["servers"])
-    assert_documented(result, every_key=False)
+    check_documented(result, every_key=False)
 
 
 def test_an_unknown_gpu_is_bad_input_before_any_server_is_asked(capsys):

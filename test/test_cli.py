@@ -10,7 +10,7 @@ import re
 
 import pytest
 from formulas import GIB, automatic_split, binary, gdn_dims, gdn_expected, load_config
-from helpers import NATIVE_FROM, NO_BUFFER, sizing_pad, upstream_has
+from helpers import NATIVE_FROM, NO_BUFFER, assert_documented, sizing_pad, upstream_has
 from helpers import tiny_model_folder as tiny_model
 
 from sglang_pd_lean import census, cli
@@ -41,7 +41,9 @@ def report_json(capsys, *args: str) -> dict:
     cut = args.index("--") if "--" in args else len(args)
     code, out, err = report(capsys, *args[:cut], "--json", *args[cut:])
     assert code == 0, err
-    return json.loads(out)
+    result = json.loads(out)
+    assert_documented(result, "json.md")
+    return result
 
 
 def write_config(tmp_path, **changes) -> str:

@@ -21,6 +21,10 @@ from sglang_pd_lean.cli.doctor import cmd_doctor
 from sglang_pd_lean.cli.environment import load_sglang_plugins, require_seams
 from sglang_pd_lean.cli.table import render_table
 
+# ``report --json``'s schema (docs/json.md): changes when a key is renamed or
+# removed, or its meaning changes.
+SCHEMA_VERSION = 1
+
 
 class _Stopped(BaseException):
     """SIGTERM or SIGHUP: unwind (temporary folders are removed at exit)."""
@@ -100,7 +104,7 @@ def _report(args, result: dict) -> int:
 
     result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps({"schema_version": SCHEMA_VERSION, **result}, indent=2))
     else:
         print(render_table(result))
         print()
