@@ -138,3 +138,32 @@ def test_naming_the_memory_sizes_the_census_flags(capsys):
     assert result["launch"]["gpu"]["name"] == "NVIDIA B200"
     assert result["memory"]["prefill"]["weights_bytes"] == int(100 * GIB)
     assert {"capacity", "advice"} <= set(result)
+
+
+def test_what_sglang_exports_while_it_resolves_is_kept_and_applied_again():
+    """ServerArgs exports --mamba-ssm-dtype as SGLANG_MAMBA_SSM_DTYPE: kept beside
+    the resolution, out of this process's environment, and applied around the
+    census (the ssm state halves in bfloat16)."""
+    import os
+
+    from sglang_pd_lean.census import launch
+
+    before = dict(os.environ)
+    bf16 = census_of(*QWEN35_TP8, "--mamba-ssm-dtype", "bfloat16")
+    assert dict(os.environ) == before
+    assert bf16["inputs"]["mamba_ssm_dtype"] == "bfloat16"
+    fp32 = census_of(*QWEN35_TP8)
+    ssm = [
+        r["roles"]["null"]["upstream"]["components"]["ssm state"] for r in (bf16, fp32)
+    ]
+    assert 2 * ssm[0] == ssm[1]
+    folder = bf16["launch"]["argv"][bf16["launch"]["argv"].index("--model-path") + 1]
+    argv = ["--model-path", folder, "--mamba-ssm-dtype", "bfloat16"]
+    resolved = launch.resolve(argv, launch.gpu_facts("h200"))
+    assert resolved.environ["SGLANG_MAMBA_SSM_DTYPE"] == "bfloat16"
+    assert os.environ.get("SGLANG_MAMBA_SSM_DTYPE") == before.get(
+        "SGLANG_MAMBA_SSM_DTYPE"
+    )
+    with launch.exported(resolved.environ):
+        assert os.environ["SGLANG_MAMBA_SSM_DTYPE"] == "bfloat16"
+    assert dict(os.environ) == before

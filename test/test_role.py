@@ -3,6 +3,8 @@ run TARGET_VERIFY; anything that may still verify keeps its verify state."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from helpers import server_fields
 
@@ -89,3 +91,21 @@ def test_unified_memory_is_read_from_the_published_memory_namespace():
         worker = role.judge(stale, is_draft_worker=False)
     assert worker.can_run_target_verify
     assert worker.keeps_verify_because == "unified memory pool"
+
+
+def test_the_server_args_fallback_is_logged_at_debug(caplog):
+    """A leaf the published configuration lacks is read from server_args, and the
+    fallback says so at DEBUG (never above: it is routine before publication)."""
+    import logging
+
+    pytest.importorskip("sglang.srt.runtime_context")
+    from sglang_pd_lean.role import setting
+
+    with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean.role"):
+        value = setting(
+            "get_spec", "no_such_leaf", types.SimpleNamespace(no_such_leaf=7)
+        )
+    assert value == 7
+    records = [r for r in caplog.records if "no_such_leaf" in r.getMessage()]
+    assert records and {r.levelno for r in records} == {logging.DEBUG}
+    assert "reading server_args" in records[0].getMessage()

@@ -99,8 +99,14 @@ def setting(getter_name: str, field: str, server_args: Any) -> Any:
     if getter is not None:
         try:
             return getattr(getter(), field)
-        except (AttributeError, KeyError, ValueError, RuntimeError):
-            pass  # not published in this process (yet): fall back to server_args
+        except (AttributeError, KeyError, ValueError, RuntimeError) as exc:
+            # Not published in this process (yet): fall back to server_args.
+            logger.debug(
+                "pd_lean: %s().%s not published (%s); reading server_args",
+                getter_name,
+                field,
+                type(exc).__name__,
+            )
     return getattr(server_args, field, None)
 
 

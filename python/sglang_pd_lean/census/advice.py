@@ -107,7 +107,7 @@ class _Road:
         """SGLang's own mamba slots per running request for this server."""
         from sglang.srt.configs.model_config import ModelConfig
 
-        fields = resolved_fields(resolve(self.argv, self.launch.gpu))
+        fields = resolved_fields(resolve(self.argv, self.launch.gpu).server_args)
         with published(**fields) as server_args:
             mc = ModelConfig.from_server_args(server_args)
             conf = configurator(

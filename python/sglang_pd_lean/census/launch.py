@@ -1,7 +1,7 @@
 """Launch flags -> the ``ServerArgs`` SGLang resolves from them, on a named GPU.
 
     gpu = gpu_facts("h200")
-    server_args = resolve(["--model-path", folder, "--tp", "4"], gpu)
+    server_args = resolve(["--model-path", folder, "--tp", "4"], gpu).server_args
     resolved_value(server_args, "page_size"), role_argv(argv, "decode")
 
 The flags go through the installed SGLang's own ``prepare_server_args`` (its parser,
@@ -14,7 +14,9 @@ by swapping the probe functions wherever SGLang's modules hold them (0.5.23 stil
 imports some directly, e.g. ``is_npu``), put back after. ``PROBE_PATTERN`` says
 which functions of ``sglang.srt.utils.common`` are platform probes; a test fails
 when the installed SGLang has one that ``probes`` does not answer. Environment
-variables and the root logger, which resolution touches, are restored too.
+variables and the root logger, which resolution touches, are restored too; what
+resolution exported is kept beside the ``ServerArgs`` (``Resolved``), for the census
+to apply again.
 """
 
 from __future__ import annotations
@@ -288,9 +290,21 @@ def _swapped(fakes: dict[str, Any]) -> Iterator[None]:
                     setattr(module, attr, originals[stand_ins[id(value)]])
 
 
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """SGLang's resolution of one set of launch flags: its ``ServerArgs``, and what
+    it exported into the environment while it resolved (``SGLANG_MAMBA_SSM_DTYPE``
+    and the rest: a server process keeps them; the report applies them again
+    around the census with ``exported``)."""
+
+    server_args: Any
+    environ: dict[str, str]
+
+
 @contextlib.contextmanager
-def _contained() -> Iterator[io.StringIO]:
-    """Environment, root logger and stderr as they were after the block."""
+def _contained(exports: dict[str, str]) -> Iterator[io.StringIO]:
+    """Environment, root logger and stderr as they were after the block; what the
+    block set in the environment goes to ``exports``."""
     env = dict(os.environ)
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
@@ -299,19 +313,37 @@ def _contained() -> Iterator[io.StringIO]:
         with contextlib.redirect_stderr(err):
             yield err
     finally:
+        exports.update((k, v) for k, v in os.environ.items() if env.get(k) != v)
         os.environ.clear()
         os.environ.update(env)
         root.handlers[:] = handlers
         root.setLevel(level)
 
 
-def resolve(argv: list[str], gpu: Gpu) -> Any:
-    """SGLang's own ``ServerArgs`` for the launch flags ``argv`` on ``gpu``;
-    whatever SGLang rejects is one ``CensusError`` line with SGLang's message."""
+@contextlib.contextmanager
+def exported(environ: dict[str, str]) -> Iterator[None]:
+    """The variables a resolution exported, set again for the block."""
+    saved = {name: os.environ.get(name) for name in environ}
+    os.environ.update(environ)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def resolve(argv: list[str], gpu: Gpu) -> Resolved:
+    """SGLang's own ``ServerArgs`` for the launch flags ``argv`` on ``gpu``, with
+    what it exported; whatever SGLang rejects is one ``CensusError`` line with
+    SGLang's message."""
     from sglang.srt.server_args import prepare_server_args
 
     _preimport()
-    with _contained() as err, on_gpu(gpu):
+    exports: dict[str, str] = {}
+    with _contained(exports) as err, on_gpu(gpu):
         try:
             server_args = prepare_server_args(list(argv))
             if hasattr(server_args, "resolve_once"):
@@ -325,7 +357,7 @@ def resolve(argv: list[str], gpu: Gpu) -> Any:
                 f"SGLang rejects these launch flags: {type(exc).__name__}: "
                 f"{one_line(exc)}"
             ) from None
-    return server_args
+    return Resolved(server_args, exports)
 
 
 def resolved_value(server_args: Any, name: str) -> Any:

@@ -11,12 +11,10 @@ temporary folder (one per distinct config, removed at exit).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.census.inputs import (
@@ -26,9 +24,6 @@ from sglang_pd_lean.census.inputs import (
     read_config_dict,
     sglang_rejects,
 )
-
-_SSM_DTYPE_ENV = "SGLANG_MAMBA_SSM_DTYPE"
-
 
 _model_folders: dict[str, str] = {}
 
@@ -135,21 +130,3 @@ def stage_layers(num_layers: int, pp: int, linear_layers: list[int]) -> tuple[in
 
     stages = [get_pp_indices(num_layers, rank, pp) for rank in range(pp)]
     return max(stages, key=lambda se: sum(se[0] <= i < se[1] for i in linear_layers))
-
-
-@contextlib.contextmanager
-def ssm_dtype(dtype: str | None) -> Iterator[None]:
-    """``--mamba-ssm-dtype`` the way SGLang applies it: ServerArgs exports it as
-    ``SGLANG_MAMBA_SSM_DTYPE``, which SGLang's cache parameters read first."""
-    if dtype is None:
-        yield
-        return
-    saved = os.environ.get(_SSM_DTYPE_ENV)
-    os.environ[_SSM_DTYPE_ENV] = dtype
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[_SSM_DTYPE_ENV]
-        else:
-            os.environ[_SSM_DTYPE_ENV] = saved

@@ -28,6 +28,7 @@ from sglang_pd_lean.census.inputs import (
 )
 from sglang_pd_lean.census.launch import (
     Gpu,
+    exported,
     given_role,
     model_path,
     resolve,
@@ -47,7 +48,6 @@ from sglang_pd_lean.census.model import (
     check_tp_heads,
     linear_of,
     model_folder,
-    ssm_dtype,
     stage_layers,
 )
 from sglang_pd_lean.census.pools import parallel, published
@@ -181,17 +181,20 @@ def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
     role = given_role(argv)
     columns = tuple(r for r in ROLES if r in only)
     resolving = tuple(r for r in ROLES if r in columns or r == role)
-    servers = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
-    # SGLang's model classes build in a forked child; the sizing waits for them.
+    resolved = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
+    servers = {r: done.server_args for r, done in resolved.items()}
     build = None
-    if _needs_weights(launch) and launch.weights_gib is None and build_weights():
-        build = Build(servers[role])
-    try:
-        road = _Road(launch, argv, folder, name, role, columns)
-        return _census(road, servers, build)
-    finally:
-        if build is not None:
-            build.cancel()
+    # The environment SGLang's resolution set, as a server process keeps it.
+    with exported(resolved[role].environ):
+        # SGLang's model classes build in a forked child; the sizing waits for them.
+        if _needs_weights(launch) and launch.weights_gib is None and build_weights():
+            build = Build(servers[role])
+        try:
+            road = _Road(launch, argv, folder, name, role, columns)
+            return _census(road, servers, build)
+        finally:
+            if build is not None:
+                build.cancel()
 
 
 def _needs_weights(launch: Launch) -> bool:
@@ -281,7 +284,7 @@ def _census(road: _Road, servers: dict, build) -> dict:
     fields = {r: resolved_fields(s) for r, s in servers.items()}
     base = fields[road.role]
     data = read_config_dict(Inputs(config=road.folder))
-    with ssm_dtype(base.get("mamba_ssm_dtype")), parallel(tp=base["tp_size"]):
+    with parallel(tp=base["tp_size"]):
         model = rank_model(base, data)
         weights = _weights(road, model.tp, build)
         roles, capacity, memory, warm = {}, {}, {}, {}
