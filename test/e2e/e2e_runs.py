@@ -74,6 +74,9 @@ REPORT_ARGS = [
     "--page-size", "1",
     "--mamba-radix-cache-strategy", "no_buffer",
 ]  # fmt: skip
+# ... and the servers' launch flags the census flags do not name (no_buffer needs the
+# overlap schedule off; the speculative algorithm as the servers run it).
+REPORT_LAUNCH_ARGS = ["--disable-overlap-schedule", *SPEC_ARGS]
 
 MAMBA_LINE = (
     r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>\d+), "
@@ -230,6 +233,10 @@ class Runs:
             ]  # fmt: skip
             if disable_radix_cache:
                 command.append("--disable-radix-cache")
+            # The launch flags the census flags do not name; the draft's layers
+            # counted in the KV budget as the servers count them.
+            command += ["--", *REPORT_LAUNCH_ARGS]
+            command += ["--speculative-draft-model-path", self.model_dir]
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
             assert (
                 done.returncode == 0
