@@ -98,7 +98,11 @@ def test_the_server_args_fallback_is_logged_at_debug(caplog):
     fallback says so at DEBUG (never above: it is routine before publication)."""
     import logging
 
-    pytest.importorskip("sglang.srt.runtime_context")
+    runtime_context = pytest.importorskip("sglang.srt.runtime_context")
+    if not hasattr(runtime_context, "get_spec"):
+        pytest.skip(
+            "this SGLang publishes no config namespace: nothing to fall back from"
+        )
     from sglang_pd_lean.role import setting
 
     with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean.role"):
