@@ -64,17 +64,19 @@ def register() -> bool:
     record.registered(
         decision.version, {gate.name: gate.state for gate in decision.plans}, summary
     )
-    reporting = record.hooks()
-    unreachable = missing_targets([hook.target for hook in reporting])
+    # Each reporting hook on its own: a missing target costs only its part.
+    unreachable = []
+    for hook in record.hooks():
+        missing = missing_targets([hook.target])
+        unreachable += missing
+        if not missing:
+            HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
     if unreachable:
         logger.warning(
             f"[sglang-pd-lean] /server_info record incomplete: SGLang "
             f"{decision.version} lacks {'; '.join(unreachable)}; the gates apply "
             f"all the same"
         )
-    for hook in reporting:
-        if not missing_targets([hook.target]):
-            HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
     # This process's logging may not be configured yet; a scheduler repeats the
     # summary once SGLang has configured it (record.announce).
     logger.info(summary)
