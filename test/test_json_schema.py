@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import assert_documented, documented_keys
+from helpers import assert_documented, documented_keys, sglang_minor
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.cli.commands import SCHEMA_VERSION
@@ -29,6 +29,15 @@ CASES = [
 RARE = {"advice[].capacity.reason"}
 
 
+def unprinted(documented: set[str]) -> set[str]:
+    """What no case prints: the rare key, and from SGLang 0.5.22 every advice key,
+    since that SGLang sizes a prefill target natively and nothing is left to spend
+    (test_advice.py checks that the advice is empty there)."""
+    if sglang_minor() < 22:
+        return RARE
+    return {key for key in documented if key.startswith("advice[].")}
+
+
 def report_json(capsys, flags: tuple[str, ...]) -> dict:
     cut = flags.index("--") if "--" in flags else len(flags)
     assert cli.main(["report", *flags[:cut], "--json", *flags[cut:]]) == 0
@@ -41,7 +50,9 @@ def test_docs_list_every_key_report_prints_and_no_other(capsys):
         result = report_json(capsys, flags)
         assert result["schema_version"] == SCHEMA_VERSION == 1
         printed |= assert_documented(result, "json.md")
-    assert set(documented_keys("json.md")) - printed == RARE
+    documented = set(documented_keys("json.md"))
+    assert "advice[].choice" in documented
+    assert documented - printed == unprinted(documented)
 
 
 def test_a_key_not_in_the_docs_is_found():
