@@ -190,16 +190,32 @@ def server_fields(
 
 def census_of(*flags: str) -> dict:
     """The report's census for ``report`` flags (census flags, --model, --gpu, ...,
-    and ``--`` launch flags), as the command runs it, without printing."""
+    and ``--`` launch flags), as the command runs it, without printing: as JSON
+    (``report --json``'s keys, checked against docs/json.md)."""
+    from sglang_pd_lean.census.results import jsonable
+
+    result = jsonable(typed_census(*flags))
+    assert_documented(result, "json.md")
+    return result
+
+
+def typed_census(*flags: str) -> dict:
+    """``census_of``, with the typed results (``census.results``) the table and the
+    chart read."""
     from sglang_pd_lean.census.server import check
     from sglang_pd_lean.cli.args import parse
-    from sglang_pd_lean.cli.commands import report_launch, report_result
+    from sglang_pd_lean.cli.commands import (
+        merged,
+        report_launch,
+        report_result,
+        weights_build,
+    )
 
     launch, shorthand = report_launch(parse(["report", *flags]))
     check(launch)
-    result = report_result(launch, shorthand)
-    assert_documented(result, "json.md")
-    return result
+    launch = merged(launch, shorthand)
+    with weights_build(launch) as build:
+        return report_result(launch, build)
 
 
 def documented_keys(doc: str) -> list[str]:

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from formulas import GIB, binary, gdn_dims, load_config
-from helpers import NEXTN, NEXTN_DRAFT_TOKENS, sglang_minor, sizing_pad
+from helpers import NEXTN, NEXTN_DRAFT_TOKENS, sglang_minor, sizing_pad, typed_census
 
 from sglang_pd_lean import cli
 
@@ -237,11 +237,15 @@ def test_without_speculative_decoding_there_is_nothing_to_spend():
 
 
 @budget_acts
-def test_png_shows_the_kv_cache_per_role_column_and_choice(result, tmp_path):
+def test_png_shows_the_kv_cache_per_role_column_and_choice(tmp_path):
     import struct
 
+    from sglang_pd_lean.census.results import jsonable
     from sglang_pd_lean.cli.chart import chart, draw_png
 
+    result = typed_census(
+        "--model", MODEL, "--available-gib", str(AVAILABLE), "--", *FLAGS
+    )
     path = tmp_path / "report.png"
     draw_png(result, str(path))
     head = path.read_bytes()[:24]
@@ -263,11 +267,12 @@ def test_png_shows_the_kv_cache_per_role_column_and_choice(result, tmp_path):
         "prefill\nrequests",
         "prefill\nautomatic",
     ]
+    data = jsonable(result)
     sized = [
-        result["capacity"][role][col]
+        data["capacity"][role][col]
         for role in ("prefill", "decode", "null")
         for col in ("upstream", "plugin")
-    ] + [choice["capacity"] for choice in result["advice"]]
+    ] + [choice["capacity"] for choice in data["advice"]]
     labels = [t.get_text() for t in kv.texts]
     assert labels == [
         f"{s['kv_tokens']:,} tok" if s["fits"] else "does not fit" for s in sized

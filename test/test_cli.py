@@ -10,7 +10,14 @@ import re
 
 import pytest
 from formulas import GIB, automatic_split, binary, gdn_dims, gdn_expected, load_config
-from helpers import NATIVE_FROM, NO_BUFFER, assert_documented, sizing_pad, upstream_has
+from helpers import (
+    NATIVE_FROM,
+    NO_BUFFER,
+    assert_documented,
+    sizing_pad,
+    typed_census,
+    upstream_has,
+)
 from helpers import tiny_model_folder as tiny_model
 
 from sglang_pd_lean import census, cli
@@ -227,7 +234,7 @@ def test_png_is_written_to_exactly_the_path_given(tmp_path, capsys):
 
 
 def test_png_legend_uses_the_table_rows_and_covers_no_bar(capsys):
-    result = report_json(capsys, "--model", "qwen3-next-80b-a3b", "--tp", "4")
+    result = typed_census("--model", "qwen3-next-80b-a3b", "--tp", "4")
     fig = cli.chart(result)
     fig.canvas.draw()
     ax = fig.axes[0]

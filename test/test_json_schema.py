@@ -63,3 +63,42 @@ def test_a_key_not_in_the_docs_is_found():
         assert "not in docs/json.md" in str(exc)
     else:
         raise AssertionError("an undocumented key passed")
+
+
+def test_the_census_parts_are_frozen_and_become_json_only_when_printed(capsys):
+    """The pools, sizings, change and advice are frozen dataclasses; printed, a
+    sizing SGLang would stop at carries its reason and no figures, one that fits
+    its figures and no reason, and the change where a column does not fit is null
+    (docs/json.md)."""
+    import dataclasses
+
+    import pytest
+    from helpers import typed_census
+
+    from sglang_pd_lean.census.results import Choice, PoolSummary, RoleSizing
+
+    # 1 GiB per rank: not even the 768 mamba slots fit, upstream or plugin.
+    flags = (*QWEN35_TP8, "--available-gib", "1", "--max-mamba-cache-size", "768")
+    typed = typed_census(*flags)
+    assert isinstance(typed["roles"]["prefill"]["plugin"], PoolSummary)
+    sizing = typed["capacity"]["prefill"]
+    assert isinstance(sizing, RoleSizing)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sizing.plugin.kv_tokens = 1
+    printed = report_json(capsys, flags)["capacity"]["prefill"]
+    assert not sizing.upstream.fits and not sizing.plugin.fits
+    for column in ("upstream", "plugin"):
+        assert set(printed[column]) == {
+            "fits",
+            "reason",
+            "mamba_sizing",
+            "requests_capped",
+        }
+        assert printed[column]["reason"] == sizing.column(column).reason
+    assert printed["change"] is None
+    main_job = CASES[2]
+    typed = typed_census(*main_job)
+    assert all(isinstance(choice, Choice) for choice in typed["advice"])
+    printed = report_json(capsys, main_job)["capacity"]["decode"]["plugin"]
+    assert typed["capacity"]["decode"].plugin.fits and "reason" not in printed
+    assert printed["kv_tokens"] == typed["capacity"]["decode"].plugin.kv_tokens

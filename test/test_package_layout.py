@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -155,3 +156,30 @@ def test_an_oversized_function_would_be_found():
     assert oversized(ast.parse(long)) == [f"f: {MAX_LINES + 1} lines, 0 parameters"]
     assert oversized(ast.parse(wide)) == ["g: 2 lines, 7 parameters"]
     assert oversized(ast.parse("def h(self, a, b, c, d, e, f):\n    pass\n")) == []
+
+
+# Where a release's road is picked by what SGLang has: only in shims (and the seams
+# list, which names them). A new release's difference goes there too.
+RELEASE_PROBES = re.compile(
+    r"hasattr\((runtime_context|dp_attention|module|algorithm), |"
+    r"\"resolve_once\"|inspect\.signature\("
+)
+
+
+def release_probes(source: str) -> list[str]:
+    return [m.group(0) for m in RELEASE_PROBES.finditer(source)]
+
+
+def test_sglang_release_differences_are_asked_only_in_shims():
+    found = {
+        path.relative_to(ROOT).as_posix(): release_probes(path.read_text())
+        for path in ROOT.rglob("*.py")
+        if path.name not in ("shims.py", "seams.py")
+    }
+    assert {path: hits for path, hits in found.items() if hits} == {}
+    assert release_probes((ROOT / "shims.py").read_text())
+
+
+def test_a_release_probe_outside_shims_would_be_found():
+    source = 'if hasattr(runtime_context, "get_spec"):\n    pass\n'
+    assert release_probes(source) == ["hasattr(runtime_context, "]

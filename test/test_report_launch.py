@@ -290,6 +290,7 @@ def test_running_requests_sglang_caps_are_flagged_and_built(capsys):
 def test_one_role_alone_sizes_as_in_the_whole_report(qwen3_next, capsys):
     """``run_launch(only=...)``: one role's columns, the same figures as in the
     report of every role."""
+    from sglang_pd_lean.census.results import jsonable
     from sglang_pd_lean.census.server import Launch, run_launch
 
     argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
@@ -298,6 +299,7 @@ def test_one_role_alone_sizes_as_in_the_whole_report(qwen3_next, capsys):
         Launch(argv=argv, gpu=launch.GPUS["h200"], weights_gib=40.0),
         only=("prefill",),
     )
+    alone = jsonable(alone)
     assert set(alone["roles"]) == set(alone["capacity"]) == {"prefill"}
     assert alone["capacity"]["prefill"] == whole["capacity"]["prefill"]
     assert alone["roles"]["prefill"] == whole["roles"]["prefill"]

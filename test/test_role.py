@@ -59,7 +59,7 @@ def test_role_switch_prefill_keeps_verify_state():
 
 
 def test_npu_prefill_keeps_verify_state(monkeypatch):
-    monkeypatch.setattr(role, "_is_npu", lambda: True)
+    monkeypatch.setattr(role, "is_npu", lambda: True)
     worker = judged("prefill")
     assert worker.can_run_target_verify
     assert worker.keeps_verify_because == "NPU pool layout"
@@ -103,9 +103,9 @@ def test_the_server_args_fallback_is_logged_at_debug(caplog):
         pytest.skip(
             "this SGLang publishes no config namespace: nothing to fall back from"
         )
-    from sglang_pd_lean.role import setting
+    from sglang_pd_lean.shims import setting
 
-    with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean.role"):
+    with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean.shims"):
         value = setting(
             "get_spec", "no_such_leaf", types.SimpleNamespace(no_such_leaf=7)
         )

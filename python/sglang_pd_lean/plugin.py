@@ -19,13 +19,23 @@ import logging
 logger = logging.getLogger(__name__)
 
 _registered = False
+_decision = None  # compat.Decision: what register() acted on
 
 
 def reset() -> None:
     """Let the next ``register()`` run again (tests; hooks already given to
     ``HookRegistry`` stay there: reset it too)."""
-    global _registered
+    global _registered, _decision
     _registered = False
+    _decision = None
+
+
+def decision():
+    """The ``compat.Decision`` this process's ``register()`` acted on; where it
+    decided nothing (kill switch, or not called), the installed SGLang's now."""
+    from sglang_pd_lean import compat
+
+    return _decision or compat.decide()
 
 
 def register() -> bool:
@@ -40,7 +50,8 @@ def register() -> bool:
     if compat.kill_switch_on():
         logger.info(f"[sglang-pd-lean] {compat.KILL_SWITCH}=0: no hooks registered")
         return False
-    decision = compat.decide()
+    global _decision
+    decision = _decision = compat.decide()
     if decision.refusal:
         logger.warning(f"[sglang-pd-lean] {decision.refusal}")
         return False

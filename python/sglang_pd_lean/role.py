@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_pd_lean.shims import is_npu, setting
+
 logger = logging.getLogger(__name__)
 
 # Settings under which a prefill server keeps its verify state: flag -> (config
@@ -89,35 +91,6 @@ class Worker:
         return text
 
 
-def setting(getter_name: str, field: str, server_args: Any) -> Any:
-    """A leaf of SGLang's published config namespace, else the ServerArgs field."""
-    try:
-        from sglang.srt import runtime_context
-    except ImportError:  # 0.5.16: no runtime context yet
-        runtime_context = None
-    getter = getattr(runtime_context, getter_name, None)
-    if getter is not None:
-        try:
-            return getattr(getter(), field)
-        except (AttributeError, KeyError, ValueError, RuntimeError) as exc:
-            # Not published in this process (yet): fall back to server_args.
-            logger.debug(
-                "pd_lean: %s().%s not published (%s); reading server_args",
-                getter_name,
-                field,
-                type(exc).__name__,
-            )
-    return getattr(server_args, field, None)
-
-
-def _is_npu() -> bool:
-    try:
-        from sglang.srt.utils import is_npu
-    except ImportError:
-        return False
-    return bool(is_npu())
-
-
 def judge(server_args: Any, *, is_draft_worker: bool) -> Worker:
     """Describe the worker that owns ``server_args`` and decide the one question."""
     mode = setting("get_disagg", "disaggregation_mode", server_args) or "null"
@@ -127,7 +100,7 @@ def judge(server_args: Any, *, is_draft_worker: bool) -> Worker:
         if setting(namespace, flag, server_args):
             keep = reason
             break
-    if keep is None and _is_npu():
+    if keep is None and is_npu():
         keep = "NPU pool layout"
     return Worker(
         disaggregation_mode=str(mode),

@@ -3,7 +3,7 @@
     from sglang_pd_lean import census
     launch = census.Launch(argv=["--tp-size", "4", ...], gpu=census.gpu_facts("h200"),
                            model="qwen3-next-80b-a3b", sized=False)
-    census.run_launch(launch)["roles"]["prefill"]["upstream"]["verify_only_bytes"]
+    census.run_launch(launch)["roles"]["prefill"]["upstream"].verify_only_bytes
 
 One road: every report is a set of ``launch_server`` flags resolved by the installed
 SGLang's own ``ServerArgs`` (``launch``); ``report``'s census flags (``--tp``,
@@ -29,8 +29,9 @@ import), ``model`` (SGLang's model and linear-state configs), ``pools`` (the
 configurator and the request pool under fake tensors), ``sizing`` (SGLang's budget
 code), ``warmup`` (transient buffers), ``roles`` (one role's columns), ``launch``
 (flags -> ``ServerArgs`` on a named GPU), ``memory`` and ``weights`` (memory per
-rank), ``server`` (the road: one result from the roles' plans), ``advice`` and
-``served`` (a live server's own arguments). The
+rank), ``server`` (the road: one result from the roles' plans), ``results`` (the
+typed results: pool summary, sizing, weights build, capacity, advice; JSON only where
+the report prints it), ``advice`` and ``served`` (a live server's own arguments). The
 runtime plugin never imports this package; bytes per component come from
 ``sglang_pd_lean.accounting``.
 """

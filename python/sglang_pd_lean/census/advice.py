@@ -3,7 +3,7 @@ launch flags to add and what SGLang's own sizing gives with them.
 
     result = run_launch(launch)
     result.update(advise(launch, result))
-    result["advice"][0]["flags"]  # ['--max-mamba-cache-size', '276']
+    result["advice"][0].flags  # ('--max-mamba-cache-size', '276'): a Choice
 
 (a) ``kv``: all freed bytes to the KV cache (upstream's mamba slot count, given as
 ``--max-mamba-cache-size``); (b) ``requests``: the most running requests whose mamba
@@ -24,15 +24,8 @@ from sglang_pd_lean.census.inputs import MAX_SLOTS
 from sglang_pd_lean.census.launch import resolve, resolved_fields, role_argv
 from sglang_pd_lean.census.memory import Weights
 from sglang_pd_lean.census.pools import configurator, published
+from sglang_pd_lean.census.results import Capacity, Choice
 
-CAPACITY_KEYS = (
-    "fits",
-    "kv_cache_bytes",
-    "kv_tokens",
-    "mamba_slots",
-    "max_running_requests",
-    "reason",
-)
 CHOICES = {
     "kv": "(a) all freed bytes to the KV cache",
     "requests": "(b) more running requests, KV cache at least upstream's",
@@ -50,20 +43,19 @@ def nothing_to_spend(result: dict) -> dict[str, str]:
     """Per role, why the plugin frees nothing there (no entry: something to spend)."""
     reasons = {}
     roles, capacity = result["roles"]["prefill"], result["capacity"]["prefill"]
-    upstream, plugin = capacity["upstream"], capacity["plugin"]
+    upstream, plugin = capacity.upstream, capacity.plugin
     version = result["sglang_version"]
     if result["resolved"]["prefill"]["speculative_algorithm"] is None:
         reasons["prefill"] = (
             "no speculative decoding: no role verifies, so there is no verify "
             "state to free"
         )
-    elif not plugin["fits"]:
-        reasons["prefill"] = f"does not fit even with the plugin: {plugin['reason']}"
+    elif not plugin.fits:
+        reasons["prefill"] = f"does not fit even with the plugin: {plugin.reason}"
     elif (
-        upstream["fits"]
-        and not any(capacity["change"].values())
-        and roles["upstream"]["verify_only_bytes"]
-        == roles["plugin"]["verify_only_bytes"]
+        upstream.fits
+        and not any(dataclasses.astuple(capacity.change))
+        and roles["upstream"].verify_only_bytes == roles["plugin"].verify_only_bytes
     ):
         reasons["prefill"] = (
             f"SGLang {version} already builds and sizes this prefill target without "
@@ -89,7 +81,7 @@ class _Road:
     argv: list[str]  # the prefill server's flags, as the first run resolved them
     seen: dict = dataclasses.field(default_factory=dict)
 
-    def capacity(self, flags: tuple[str, ...]) -> dict:
+    def capacity(self, flags: tuple[str, ...]) -> Capacity:
         from sglang_pd_lean.census.server import run_launch
 
         if flags not in self.seen:
@@ -97,10 +89,10 @@ class _Road:
                 self.launch, argv=[*self.argv, *flags], model=None, config=None
             )
             result = run_launch(again, only=("prefill",))
-            sized = result["capacity"]["prefill"]["plugin"]
-            cap = {key: sized[key] for key in CAPACITY_KEYS if key in sized}
-            cap["available_gib"] = result["memory"]["prefill"]["available_gib"]
-            self.seen[flags] = cap
+            self.seen[flags] = Capacity.of(
+                result["capacity"]["prefill"].plugin,
+                result["memory"]["prefill"]["available_gib"],
+            )
         return self.seen[flags]
 
     def mamba_ratio(self) -> int:
@@ -138,9 +130,9 @@ def most_requests(road: _Road, floor: int, kv_floor: int) -> tuple | None:
     def serves(requests: int) -> bool:
         cap = road.capacity(_requests_flags(requests, ratio))
         return (
-            cap["fits"]
-            and cap["max_running_requests"] >= requests
-            and cap["kv_tokens"] >= kv_floor
+            cap.fits
+            and cap.max_running_requests >= requests
+            and cap.kv_tokens >= kv_floor
         )
 
     low = max(floor, 1)
@@ -170,12 +162,12 @@ def advise(launch, result: dict) -> dict:
         dataclasses.replace(launch, weights=_weights_of(result["memory"]["prefill"])),
         role_argv(result["launch"]["argv"], "prefill"),
     )
-    upstream = result["capacity"]["prefill"]["upstream"]
+    upstream = result["capacity"]["prefill"].upstream
     choices: list[tuple[str, tuple | None]] = []
-    if upstream["fits"]:
-        kv = ("--max-mamba-cache-size", str(upstream["mamba_slots"]))
+    if upstream.fits:
+        kv = ("--max-mamba-cache-size", str(upstream.mamba_slots))
         requests = most_requests(
-            road, upstream["max_running_requests"], upstream["kv_tokens"]
+            road, upstream.max_running_requests, upstream.kv_tokens
         )
         choices += [("kv", kv), ("requests", requests)]
     choices.append(("automatic", ()))
@@ -183,12 +175,5 @@ def advise(launch, result: dict) -> dict:
     for key, flags in choices:
         if flags is None:
             continue
-        advice.append(
-            {
-                "choice": key,
-                "title": CHOICES[key],
-                "flags": list(flags),
-                "capacity": road.capacity(flags),
-            }
-        )
+        advice.append(Choice(key, CHOICES[key], tuple(flags), road.capacity(flags)))
     return {"advice": advice, "nothing_to_spend": reasons}

@@ -35,6 +35,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.census.inputs import ROLES, CensusError, one_line
+from sglang_pd_lean.shims import (
+    field_names,
+    platform_table,
+    resolve_once,
+    resolved_value,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,17 +181,12 @@ def probes(gpu: Gpu) -> dict[str, Any]:
 
 
 def platform_facts(fakes: dict[str, Any]) -> dict[str, Any] | None:
-    """The facts of SGLang's own platform table (0.5.19+: ``_PLATFORM_PROBES`` and
-    ``_PLATFORM_VALUES``, fact -> probe name) as the fakes answer them; None on a
-    release without it. A fact whose probe we do not answer is an error here, not
-    the host's answer: ``probes`` must cover the table."""
-    from sglang.srt import runtime_context
-
-    table = {
-        **getattr(runtime_context, "_PLATFORM_PROBES", {}),
-        **getattr(runtime_context, "_PLATFORM_VALUES", {}),
-    }
-    if not hasattr(runtime_context, "override_platform") or not table:
+    """The facts of SGLang's own platform table (``shims.platform_table``: 0.5.19+)
+    as the fakes answer them; None on a release without it. A fact whose probe we
+    do not answer is an error here, not the host's answer: ``probes`` must cover
+    the table."""
+    table = platform_table()
+    if table is None:
         return None
     unanswered = sorted(probe for probe in table.values() if probe not in fakes)
     if unanswered:
@@ -214,6 +215,36 @@ def _preimport() -> None:
     ):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+
+
+_hints: dict[tuple, dict[str, Any]] = {}
+
+
+@contextlib.contextmanager
+def _type_hints_once() -> Iterator[None]:
+    """SGLang's launch_server parser asks ``typing.get_type_hints`` of every
+    ServerArgs dataclass each time it is built (``arg_groups.arg_utils``, most of a
+    resolution's time); a class's hints do not change, so in the block each is
+    asked once per process. The parser, its flags and what it resolves are
+    SGLang's own. Where ``arg_utils`` asks otherwise, nothing is cached."""
+    from sglang.srt.arg_groups import arg_utils
+
+    asked = getattr(arg_utils, "get_type_hints", None)
+    if asked is None:
+        yield
+        return
+
+    def once(obj, *args, **kwargs):
+        key = (obj, args, tuple(sorted(kwargs.items())))
+        if key not in _hints:
+            _hints[key] = asked(obj, *args, **kwargs)
+        return dict(_hints[key])
+
+    arg_utils.get_type_hints = once
+    try:
+        yield
+    finally:
+        arg_utils.get_type_hints = asked
 
 
 _holders: dict[int, list[tuple[Any, str, str]]] = {}
@@ -343,11 +374,10 @@ def resolve(argv: list[str], gpu: Gpu) -> Resolved:
 
     _preimport()
     exports: dict[str, str] = {}
-    with _contained(exports) as err, on_gpu(gpu):
+    with _contained(exports) as err, on_gpu(gpu), _type_hints_once():
         try:
             server_args = prepare_server_args(list(argv))
-            if hasattr(server_args, "resolve_once"):
-                server_args.resolve_once()
+            resolve_once(server_args)
         except SystemExit:
             lines = [line for line in err.getvalue().splitlines() if line.strip()]
             message = lines[-1] if lines else "invalid launch flags"
@@ -358,25 +388,6 @@ def resolve(argv: list[str], gpu: Gpu) -> Resolved:
                 f"{one_line(exc)}"
             ) from None
     return Resolved(server_args, exports)
-
-
-def resolved_value(server_args: Any, name: str) -> Any:
-    """What SGLang's resolution decided for ``name`` (0.5.22+ keep the decisions
-    beside the raw fields; older releases write them onto the fields)."""
-    if hasattr(server_args, "resolve_once"):
-        from sglang.srt.arg_groups.overrides import resolution_result
-
-        return resolution_result(server_args, name)
-    return getattr(server_args, name, None)
-
-
-def field_names(server_args: Any) -> list[str]:
-    cls = type(server_args)
-    if dataclasses.is_dataclass(cls):
-        return [f.name for f in dataclasses.fields(cls)]
-    from sglang.srt.arg_groups.arg_utils import record_fields
-
-    return [f.name for f in record_fields(cls)]
 
 
 def resolved_fields(server_args: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import json
 import os
 
 from sglang_pd_lean.census.inputs import CensusError
+from sglang_pd_lean.census.results import WeightsBuild
 from sglang_pd_lean.census.weights import SOURCE
 from sglang_pd_lean.units import GIB
 
@@ -38,7 +39,7 @@ def weights_per_rank(
     folder: str,
     *,
     tp: int,
-    built: dict | None = None,
+    built: WeightsBuild | None = None,
     weights_gib: float | None = None,
 ) -> Weights | None:
     """Target and draft weights per rank, with where the figure comes from: the
@@ -48,11 +49,11 @@ def weights_per_rank(
     them answers."""
     if weights_gib is not None:
         return Weights(int(weights_gib * GIB), 0, "--weights-gib (target and draft)")
-    if built is not None and "error" not in built:
-        source = SOURCE.format(**built) + f": {built['target_class']}"
-        if built.get("draft_class"):
-            source += f" + draft {built['draft_class']}"
-        return Weights(built["target_bytes"], built["draft_bytes"], source)
+    if built is not None and built.error is None:
+        source = SOURCE.format(tp=built.tp, ep=built.ep) + f": {built.target_class}"
+        if built.draft_class:
+            source += f" + draft {built.draft_class}"
+        return Weights(built.target_bytes, built.draft_bytes, source)
     index = os.path.join(folder, INDEX)
     if os.path.isfile(index):
         try:
@@ -62,7 +63,7 @@ def weights_per_rank(
             raise CensusError(f"cannot read {index}: {exc}") from None
         source = f"{INDEX} total_size / TP {tp}"
         if built is not None:
-            source += f" (SGLang's model class did not build: {built['error']})"
+            source += f" (SGLang's model class did not build: {built.error})"
         return Weights(total // tp, 0, source)
     return None
 

@@ -3,7 +3,7 @@
     with parallel(tp=4), published(**fields) as server_args:
         conf = configurator(mc, server_args, is_draft_worker=False, layers=(0, 48))
         pool = build_request_pool(conf, max_num_reqs=256)
-    summarize(component_bytes(pool))["verify_only_bytes"]
+    summarize(component_bytes(pool), slots=768, requests=256).verify_only_bytes
 
 The configuration is published through SGLang's own runtime context, the
 ``KVCacheConfigurator`` is the real class (filled in as the plain dataclass it is),
@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.accounting import COMPONENT_ORDER, VERIFY_ONLY
-from sglang_pd_lean.role import setting, upstream_behaviour
+from sglang_pd_lean.census.results import PoolSummary
+from sglang_pd_lean.role import upstream_behaviour
+from sglang_pd_lean.shims import layer_info, setting
 
 _NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
 
@@ -109,19 +111,6 @@ def spec_aux_config(mc) -> Any:
     return SpecAuxHiddenStateConfig(eagle_draft_num_layers=int(layers or 1))
 
 
-def layer_info(start: int, end: int) -> Any:
-    """SGLang's ModelLayerInfo for a [start, end) stage (a namespace before it existed)."""
-    try:
-        from sglang.srt.model_executor.model_runner_components.layer_setup import (
-            ModelLayerInfo,
-        )
-    except ImportError:
-        return types.SimpleNamespace(start_layer=start, end_layer=end)
-    return ModelLayerInfo(
-        start_layer=start, end_layer=end, num_effective_layers=end - start
-    )
-
-
 def build_request_pool(conf, max_num_reqs: int, *, fake: bool = True):
     """Run upstream's request-pool build; under FakeTensorMode (no memory used)
     unless ``fake`` is False (real CUDA allocations, for the GPU check)."""
@@ -146,14 +135,18 @@ def build_request_pool(conf, max_num_reqs: int, *, fake: bool = True):
             os.environ[_NO_KERNEL_WARMUP] = saved
 
 
-def summarize(components: dict[str, int]) -> dict:
+def summarize(components: dict[str, int], slots: int, requests: int) -> PoolSummary:
+    """A pool's bytes per component (every named one), its verify-only and total
+    bytes, and the slot counts it was built with."""
     every = {name: 0 for name in COMPONENT_ORDER}
     every.update(components)
-    return {
-        "components": dict(sorted(every.items())),
-        "verify_only_bytes": sum(components.get(c, 0) for c in VERIFY_ONLY),
-        "total_bytes": sum(components.values()),
-    }
+    return PoolSummary(
+        components=dict(sorted(every.items())),
+        verify_only_bytes=sum(components.get(c, 0) for c in VERIFY_ONLY),
+        total_bytes=sum(components.values()),
+        mamba_slots=slots,
+        request_slots=requests,
+    )
 
 
 def column_behaviour(column: str):

@@ -2,7 +2,7 @@
 sized first by SGLang's own budget code where the launch names the memory.
 
     pools, sizing = census_role(mc, (0, 48), RolePlan(fields=f, slots=None, requests=256))
-    pools["plugin"]["verify_only_bytes"], sizing  # sizing: None without memory
+    pools["plugin"].verify_only_bytes, sizing  # sizing: a RoleSizing, or None
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from sglang_pd_lean.census.pools import (
     published,
     summarize,
 )
-from sglang_pd_lean.census.sizing import change, size_budget
+from sglang_pd_lean.census.results import Change, PoolSummary, RoleSizing
+from sglang_pd_lean.census.sizing import size_budget
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +38,10 @@ class RolePlan:
     spec_aux: Any = None
 
 
-def census_role(mc, layers: tuple[int, int], plan: RolePlan) -> tuple:
-    """One role, upstream and plugin: (pool summaries, sizing rows or None).
+def census_role(
+    mc, layers: tuple[int, int], plan: RolePlan
+) -> tuple[dict[str, PoolSummary], RoleSizing | None]:
+    """One role, upstream and plugin: (pool summaries, the sizing or None).
     With ``available_gib`` the pool is built with the slot and request counts
     SGLang's sizing settled on (what the server allocates), else with the plan's."""
     pools, sizing = {}, {}
@@ -59,9 +62,9 @@ def census_role(mc, layers: tuple[int, int], plan: RolePlan) -> tuple:
                     with sglang_rejects("SGLang cannot size this model's pools"):
                         sized = size_budget(conf, plan.available_gib, server_args)
                     sizing[column] = sized
-                    if sized["fits"]:
-                        slots = sized["mamba_slots"]
-                        requests = sized["max_running_requests"]
+                    if sized.fits:
+                        slots = sized.mamba_slots
+                        requests = sized.max_running_requests
             if slots > MAX_SLOTS or requests > MAX_SLOTS:
                 raise CensusError(
                     f"{slots:,} mamba slots and {requests:,} requests: more than the "
@@ -75,12 +78,11 @@ def census_role(mc, layers: tuple[int, int], plan: RolePlan) -> tuple:
                 conf = build(server_args)
                 with sglang_rejects("SGLang cannot build this model's request pool"):
                     pool = build_request_pool(conf, requests)
-        pools[column] = summarize(component_bytes(pool))
-        pools[column].update(mamba_slots=slots, request_slots=requests)
+        pools[column] = summarize(component_bytes(pool), slots, requests)
     if not plan.available_gib:
         return pools, None
-    sizing["change"] = change(sizing["upstream"], sizing["plugin"])
-    return pools, sizing
+    upstream, plugin = sizing["upstream"], sizing["plugin"]
+    return pools, RoleSizing(upstream, plugin, Change.between(upstream, plugin))
 
 
 def _counts(conf, plan: RolePlan) -> tuple[int, int]:
@@ -95,7 +97,7 @@ def _counts(conf, plan: RolePlan) -> tuple[int, int]:
 def require_state(roles: dict, linear_layers: int) -> None:
     """A census needs state to count: ssm state, or conv state alone (short-conv
     hybrids keep only a convolution window per layer)."""
-    components = next(iter(roles.values()))["upstream"]["components"]
+    components = next(iter(roles.values()))["upstream"].components
     if components["ssm state"] == 0 and components["conv state"] == 0:
         raise CensusError(
             f"SGLang gives this config's {linear_layers} linear-attention layers "

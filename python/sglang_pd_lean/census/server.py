@@ -2,6 +2,7 @@
 
     result = run_launch(Launch(argv=["--model-path", folder, "--tp", "4"], gpu=gpu))
     result["resolved"]["decode"]["disable_radix_cache"]  # True: SGLang's PD hook
+    result["capacity"]["prefill"].plugin.kv_tokens  # typed (census.results)
 
 The one road of every report (``report``'s census flags are shorthand for launch
 flags). Each role is the same flags with ``--disaggregation-mode`` replaced,
@@ -14,8 +15,10 @@ and the draft-model description SGLang's own model runner would use. A launch wi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.census.inputs import (
@@ -51,10 +54,11 @@ from sglang_pd_lean.census.model import (
     stage_layers,
 )
 from sglang_pd_lean.census.pools import parallel, published
+from sglang_pd_lean.census.results import Sizing
 from sglang_pd_lean.census.roles import RolePlan, census_role, require_state
 from sglang_pd_lean.census.warmup import warmup_rows
 from sglang_pd_lean.census.weights import BUILD_ENV, Build, build_weights
-from sglang_pd_lean.role import setting
+from sglang_pd_lean.shims import setting
 
 
 @dataclasses.dataclass
@@ -173,28 +177,53 @@ def rank_model(base: dict, data: dict) -> RankModel:
     return RankModel(mc, linear, cache_params, layers, tp, pp)
 
 
-def run_launch(launch: Launch, only: tuple[str, ...] = ROLES) -> dict:
+def run_launch(
+    launch: Launch, only: tuple[str, ...] = ROLES, build: Build | None = None
+) -> dict:
     """The census per role for the launch: resolved values, memory, pools, sizing.
     ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
-    one sizing step of a search, saves the others' resolution and pools)."""
+    one sizing step of a search, saves the others' resolution and pools).
+    ``build``: the launch's weights build, already started (``weights_build``);
+    where the sizing needs one and none is given, it starts here."""
+    if build is None and _builds(launch):
+        with weights_build(launch) as started:
+            return run_launch(launch, only, started)
     argv, folder, name = launch_argv(launch)
     role = given_role(argv)
     columns = tuple(r for r in ROLES if r in only)
     resolving = tuple(r for r in ROLES if r in columns or r == role)
     resolved = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
     servers = {r: done.server_args for r, done in resolved.items()}
-    build = None
     # The environment SGLang's resolution set, as a server process keeps it.
     with exported(resolved[role].environ):
-        # SGLang's model classes build in a forked child; the sizing waits for them.
-        if _needs_weights(launch) and launch.weights_gib is None and build_weights():
-            build = Build(servers[role])
-        try:
-            road = _Road(launch, argv, folder, name, role, columns)
-            return _census(road, servers, build)
-        finally:
-            if build is not None:
-                build.cancel()
+        road = _Road(launch, argv, folder, name, role, columns)
+        return _census(road, servers, build)
+
+
+@contextlib.contextmanager
+def weights_build(launch: Launch) -> Iterator[Build | None]:
+    """SGLang's model classes for the launch built in a forked child
+    (``census.weights``), where the sizing needs the weights and nothing else gives
+    them; None otherwise. The child starts as soon as the role the flags name is
+    resolved, so that the build runs beside the rest (the report starts it before
+    it loads the plugins: no gate hooks the resolution or the model classes), and
+    is stopped at the block's end if its answer was never read."""
+    if not _builds(launch):
+        yield None
+        return
+    argv, _, _ = launch_argv(launch)
+    done = resolve(role_argv(argv, given_role(argv)), launch.gpu)
+    with exported(done.environ):
+        build = Build(done.server_args)
+    try:
+        yield build
+    finally:
+        build.cancel()
+
+
+def _builds(launch: Launch) -> bool:
+    """The sizing needs the weights, only a build can give them, and it is on."""
+    return _needs_weights(launch) and launch.weights_gib is None and build_weights()
 
 
 def _needs_weights(launch: Launch) -> bool:
@@ -224,7 +253,7 @@ def _weights(road: _Road, tp: int, build) -> Weights | None:
         road.folder, tp=tp, built=built, weights_gib=launch.weights_gib
     )
     if weights is None:
-        why = built["error"] if built else f"{BUILD_ENV} is off"
+        why = built.error if built else f"{BUILD_ENV} is off"
         raise CensusError(
             f"cannot tell the weights per rank of {road.name}: SGLang's model class "
             f"did not build ({why}) and there is no {road.folder}/{INDEX}; "
@@ -268,16 +297,28 @@ def _role_census(model: RankModel, fields: dict, memory: dict | None) -> tuple:
         spec_aux=aux,
     )
     pools, sizing = census_role(model.config, model.layers, plan)
-    for column in ("upstream", "plugin") if sizing else ():
-        sized = sizing[column]
-        sized["mamba_sizing"] = _sizing_name(fields)
-        asked = fields["max_running_requests"]
-        sized["requests_capped"] = bool(
-            sized["fits"] and asked and sized["max_running_requests"] < asked
+    if sizing is not None:
+        sizing = dataclasses.replace(
+            sizing,
+            upstream=_named(sizing.upstream, fields),
+            plugin=_named(sizing.plugin, fields),
         )
     if memory is not None:
         memory["draft_layers_in_kv_sizing"] = aux.eagle_draft_num_layers or 0
     return pools, sizing
+
+
+def _named(sized: Sizing, fields: dict) -> Sizing:
+    """``sized`` with how its mamba slots were set, and whether SGLang gives fewer
+    running requests than the flags ask."""
+    asked = fields["max_running_requests"]
+    return dataclasses.replace(
+        sized,
+        mamba_sizing=_sizing_name(fields),
+        requests_capped=bool(
+            sized.fits and asked and sized.max_running_requests < asked
+        ),
+    )
 
 
 def _census(road: _Road, servers: dict, build) -> dict:
@@ -291,7 +332,7 @@ def _census(road: _Road, servers: dict, build) -> dict:
         for r in road.columns:
             memory[r] = memory_of(road.launch, fields[r], weights)
             roles[r], capacity[r] = _role_census(model, fields[r], memory[r])
-            requests = roles[r]["plugin"]["request_slots"]
+            requests = roles[r]["plugin"].request_slots
             draft = fields[r]["speculative_num_draft_tokens"] or 1
             warm[r] = (fields[r], requests, draft)
         warmup = warmup_rows(model.config, warm)

@@ -2,7 +2,7 @@
 request slots, from the ``total_rest_memory`` its mamba sizing receives.
 
     sized = size_budget(conf, available_gib=80.0, server_args=server_args)
-    sized["fits"], sized.get("kv_tokens"), sized.get("reason")
+    sized.fits, sized.kv_tokens, sized.reason  # a census.results.Sizing
 
 Upstream's own functions run in upstream's order (``_handle_max_mamba_cache``,
 ``config_from_budget``, ``resolve_max_num_reqs``, ``finalize_with_max_running_requests``);
@@ -12,11 +12,12 @@ where SGLang would stop the server the result says so with SGLang's reason.
 from __future__ import annotations
 
 from sglang_pd_lean.census.inputs import one_line
-from sglang_pd_lean.role import setting
+from sglang_pd_lean.census.results import Sizing
+from sglang_pd_lean.shims import setting
 from sglang_pd_lean.units import GIB
 
 
-def size_budget(conf, available_gib: float, server_args) -> dict:
+def size_budget(conf, available_gib: float, server_args) -> Sizing:
     """SGLang's start-up sizing from ``available_gib``, the ``total_rest_memory``
     that ``_handle_max_mamba_cache`` receives: mamba slots, then the KV budget,
     KV tokens and running requests as ``_resolve_memory_pool_config`` derives them.
@@ -29,12 +30,12 @@ def size_budget(conf, available_gib: float, server_args) -> dict:
         kv_gib = conf._handle_max_mamba_cache(available_gib)
         slots = int(setting("get_schedule", "max_mamba_cache_size", server_args))
         if kv_gib <= 0:
-            return {
-                "fits": False,
-                "reason": f"the mamba budget leaves {kv_gib:.2f} GiB for the KV "
+            return Sizing(
+                fits=False,
+                reason=f"the mamba budget leaves {kv_gib:.2f} GiB for the KV "
                 f"cache; SGLang stops: 'Loaded weights leave no GPU memory for the "
                 f"KV cache'",
-            }
+            )
         config = conf.config_from_budget(int(kv_gib * GIB))
         config.max_running_requests = conf.resolve_max_num_reqs(
             config.max_total_num_tokens
@@ -43,23 +44,16 @@ def size_budget(conf, available_gib: float, server_args) -> dict:
             conf
         ).finalize_with_max_running_requests(config)
     except (RuntimeError, ValueError, AssertionError) as exc:
-        return {
-            "fits": False,
-            "reason": f"SGLang stops: {type(exc).__name__}: {one_line(exc)}",
-        }
-    return {
-        "fits": True,
-        "kv_cache_gib": kv_gib,
-        "kv_cache_bytes": int(kv_gib * GIB),
-        "kv_tokens": int(config.max_total_num_tokens),
-        "mamba_slots": slots,
-        "max_running_requests": int(config.max_running_requests),
-        "mamba_state_and_verify_gib": available_gib - kv_gib,
-    }
-
-
-def change(upstream: dict, plugin: dict) -> dict | None:
-    if not (upstream["fits"] and plugin["fits"]):
-        return None
-    keys = ("kv_cache_bytes", "kv_tokens", "mamba_slots", "max_running_requests")
-    return {key: plugin[key] - upstream[key] for key in keys}
+        return Sizing(
+            fits=False,
+            reason=f"SGLang stops: {type(exc).__name__}: {one_line(exc)}",
+        )
+    return Sizing(
+        fits=True,
+        kv_cache_gib=kv_gib,
+        kv_cache_bytes=int(kv_gib * GIB),
+        kv_tokens=int(config.max_total_num_tokens),
+        mamba_slots=slots,
+        max_running_requests=int(config.max_running_requests),
+        mamba_state_and_verify_gib=available_gib - kv_gib,
+    )

@@ -12,7 +12,8 @@ from __future__ import annotations
 import types
 
 from sglang_pd_lean.census.pools import published
-from sglang_pd_lean.role import setting, upstream_behaviour
+from sglang_pd_lean.role import upstream_behaviour
+from sglang_pd_lean.shims import setting
 
 
 def autotune_buffer_bytes(mc, server_args, max_bs: int, draft_tokens: int) -> int:

@@ -1,7 +1,7 @@
 """Weights per rank from SGLang's own model classes, built without memory.
 
     build = Build(server_args)  # forks; the report reads SGLang's model config
-    build.result()  # {"target_bytes", "draft_bytes", "target_class", ...} or {"error"}
+    build.result()  # WeightsBuild: target_bytes, draft_bytes, classes; or error
 
 From the launch as SGLang resolved it (``census.launch.resolve``), a child process
 publishes it as SGLang's scheduler does for rank 0, builds SGLang's own process
@@ -35,7 +35,7 @@ or published); both shapes are asked by signature.
 from __future__ import annotations
 
 import contextlib
-import inspect
+import dataclasses
 import json
 import os
 import select
@@ -46,6 +46,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.census.inputs import CensusError, one_line
+from sglang_pd_lean.census.results import WeightsBuild
+from sglang_pd_lean.shims import (
+    accepts,
+    attention_dp_size,
+    has_draft_model,
+    init_dp_attention,
+    publish_rank0,
+    published_spec,
+    resolved_value,
+)
 
 # The child process's limit: a model that takes longer to build is not built.
 TIMEOUT_S = 600
@@ -85,17 +95,7 @@ class Build:
     are /dev/null; its answer, or its one-line error, comes back through a pipe."""
 
     def __init__(self, server_args: Any):
-        from sglang_pd_lean import seams
-
         self._error = None
-        lacking = seams.missing(seams.Part.WEIGHTS)
-        if lacking:  # no build: the other sources answer, and say why
-            self._pid = None
-            self._error = (
-                f"SGLang lacks {lacking[0].seam.label} ({lacking[0].seam.why}); "
-                f"`sglang-pd-lean doctor` lists what is missing"
-            )
-            return
         self._read, write = os.pipe()
         try:
             self._pid = os.fork()
@@ -109,11 +109,11 @@ class Build:
             _child(server_args, write)
         os.close(write)
 
-    def result(self) -> dict:
-        """``{"target_bytes", "draft_bytes", "target_class", "draft_class", "tp", "ep"}``,
-        or ``{"error": one line}`` when SGLang cannot build the model here."""
+    def result(self) -> WeightsBuild:
+        """The bytes and classes SGLang built, or the one-line ``error`` where
+        SGLang cannot build the model here."""
         if self._pid is None:
-            return {"error": self._error or "cancelled"}
+            return WeightsBuild(error=self._error or "cancelled")
         ready, _, _ = select.select([self._read], [], [], TIMEOUT_S)
         data = b""
         if ready:
@@ -125,11 +125,11 @@ class Build:
         os.waitpid(self._pid, 0)
         self._pid = None
         if not ready:
-            return {"error": f"building the model took over {TIMEOUT_S} s"}
+            return WeightsBuild(error=f"building the model took over {TIMEOUT_S} s")
         try:
-            return json.loads(data)
-        except ValueError:
-            return {"error": "the build process ended without an answer"}
+            return WeightsBuild(**json.loads(data))
+        except (ValueError, TypeError):
+            return WeightsBuild(error="the build process ended without an answer")
 
     def cancel(self) -> None:
         """Stop the child if its answer was never read (an error in the parent)."""
@@ -152,16 +152,31 @@ def _child(server_args: Any, write: int) -> None:
         os.dup2(devnull, 2)
         os.environ.update(CHILD_ENV)
         try:
-            answer = build(server_args)
+            answer = _lacking() or build(server_args)
         except BaseException as exc:  # noqa: BLE001 - every failure is an answer
-            answer = {"error": f"{type(exc).__name__}: {one_line(exc)}"}
-        os.write(write, json.dumps(answer).encode())
+            answer = WeightsBuild(error=f"{type(exc).__name__}: {one_line(exc)}")
+        os.write(write, json.dumps(dataclasses.asdict(answer)).encode())
         code = 0
     finally:
         os._exit(code)
 
 
 # ------------------------------------------------------------------ child side
+
+
+def _lacking() -> WeightsBuild | None:
+    """No build where SGLang lacks a seam it needs (the other sources answer, and
+    say why). Asked here, not in the parent: resolving the seams imports SGLang's
+    loader, which only the child needs."""
+    from sglang_pd_lean import seams
+
+    lacking = seams.missing(seams.Part.WEIGHTS)
+    if not lacking:
+        return None
+    return WeightsBuild(
+        error=f"SGLang lacks {lacking[0].seam.label} ({lacking[0].seam.why}); "
+        f"`sglang-pd-lean doctor` lists what is missing"
+    )
 
 
 def _kernels_a_cpu_lacks() -> None:
@@ -179,33 +194,6 @@ def _kernels_a_cpu_lacks() -> None:
         sys.modules["vllm._custom_ops"] = ops
 
 
-def _accepts(function, *names: str) -> bool:
-    return all(n in inspect.signature(function).parameters for n in names)
-
-
-def _publish(server_args) -> None:
-    """Publish the launch as SGLang's scheduler (0.5.16: model runner) does for rank 0."""
-    from sglang.srt import runtime_context
-
-    if hasattr(runtime_context, "SpawnRanks"):
-        runtime_context.publish(
-            server_args,
-            role="scheduler",
-            ranks=runtime_context.SpawnRanks(world_rank=0),
-        )
-    elif hasattr(runtime_context, "publish"):
-        runtime_context.publish(server_args, role="scheduler")
-    else:  # 0.5.16: the model runner publishes into the context's slot
-        runtime_context.get_context().set_server_args(server_args)
-    with contextlib.suppress(ImportError):
-        from sglang.srt.layers.moe import initialize_moe_config
-
-        if not inspect.signature(initialize_moe_config).parameters:
-            initialize_moe_config()
-        else:
-            initialize_moe_config(server_args)
-
-
 class WidthMismatch(RuntimeError):
     """SGLang's groups would not have, or do not have, the launch's widths."""
 
@@ -213,25 +201,17 @@ class WidthMismatch(RuntimeError):
 def _built_widths() -> dict[str, int]:
     """TP, EP and attention-DP widths of the groups SGLang built for rank 0."""
     from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.layers import dp_attention
 
-    if hasattr(dp_attention, "get_attention_dp_size"):  # up to 0.5.20
-        attn_dp = dp_attention.get_attention_dp_size()
-    else:
-        from sglang.srt.runtime_context import get_parallel
-
-        attn_dp = get_parallel().attn_dp_size
     return {
         "TP": ps.get_tensor_model_parallel_world_size(),
         "EP": ps.get_moe_expert_parallel_world_size(),
-        "attention DP": attn_dp,
+        "attention DP": attention_dp_size(),
     }
 
 
 def _resolved_widths(server_args) -> dict[str, int]:
     """The widths SGLang resolved for the launch: TP, EP, and attention DP (the DP
     width where DP attention is on, else 1)."""
-    from sglang_pd_lean.census.launch import resolved_value
 
     def value(name: str, default: int = 1) -> int:
         got = resolved_value(server_args, name)
@@ -288,7 +268,7 @@ def _width_kwargs(server_args, ps, dp_attention) -> dict[str, int]:
             if not hasattr(server_args, width):
                 continue
             width = getattr(server_args, width)
-        if _accepts(ps.initialize_model_parallel, arg):
+        if accepts(ps.initialize_model_parallel, arg):
             accepted[arg] = width
         elif width != 1:
             refused.append(f"{arg}={width}")
@@ -317,15 +297,12 @@ def _groups(server_args, model_config) -> None:
             world_size=world, rank=0, local_rank=0, backend="fake"
         )
         widths = {}
-        if _accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
+        if accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
             widths = _width_kwargs(server_args, ps, dp_attention)
         ps.initialize_model_parallel(backend="fake", **widths)
     finally:
         dist.new_group = new_group
-    if _accepts(dp_attention.initialize_dp_attention, "model_config"):
-        dp_attention.initialize_dp_attention(server_args, model_config)
-    else:
-        dp_attention.initialize_dp_attention(server_args)
+    init_dp_attention(server_args, model_config)
 
 
 @contextlib.contextmanager
@@ -375,17 +352,16 @@ def _draft_config(server_args, model_config):
     """The draft ``ModelConfig`` SGLang's draft worker builds (the published draft
     path and revision; none given, SGLang's own default, the target's), or None
     where the algorithm has no draft model."""
-    from sglang.srt import runtime_context
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     # The published (resolved) values: 0.5.19 to 0.5.21 keep NEXTN in the raw field
     # and resolve it to EAGLE, and their from_string knows no NEXTN.
-    spec = runtime_context.get_spec() if hasattr(runtime_context, "get_spec") else None
+    spec = published_spec()
     source = spec if spec is not None else server_args
     algorithm = SpeculativeAlgorithm.from_string(source.speculative_algorithm)
-    if algorithm.is_none() or (hasattr(algorithm, "is_ngram") and algorithm.is_ngram()):
-        return None  # no draft model
+    if not has_draft_model(algorithm):
+        return None
     return ModelConfig.from_server_args(
         server_args,
         model_path=getattr(source, "speculative_draft_model_path", None),
@@ -395,7 +371,7 @@ def _draft_config(server_args, model_config):
     )
 
 
-def build(server_args: Any) -> dict:
+def build(server_args: Any) -> WeightsBuild:
     """Target and draft parameter bytes of rank 0 for the resolved launch (in the
     child: it publishes the launch and builds process groups)."""
     import logging
@@ -404,7 +380,7 @@ def build(server_args: Any) -> dict:
 
     logging.disable(logging.CRITICAL)  # SGLang's notes about kernels a CPU lacks
     _kernels_a_cpu_lacks()
-    _publish(server_args)
+    publish_rank0(server_args)
     model_config = ModelConfig.from_server_args(server_args)
     _groups(server_args, model_config)
     widths = check_widths(server_args)
@@ -413,11 +389,11 @@ def build(server_args: Any) -> dict:
     draft_config = _draft_config(server_args, model_config)
     if draft_config is not None:
         draft, draft_class = _bytes_of(draft_config)
-    return {
-        "target_bytes": target,
-        "draft_bytes": draft,
-        "target_class": target_class,
-        "draft_class": draft_class,
-        "tp": widths["TP"],  # as SGLang's groups have them (checked)
-        "ep": widths["EP"],
-    }
+    return WeightsBuild(
+        target_bytes=target,
+        draft_bytes=draft,
+        target_class=target_class,
+        draft_class=draft_class,
+        tp=widths["TP"],  # as SGLang's groups have them (checked)
+        ep=widths["EP"],
+    )

@@ -31,7 +31,7 @@ def chart(result: dict):
     for role, cols in roles.items():
         for col in COLUMNS:
             labels.append(f"{ROLE_TITLES[role]}\n{col}")
-            columns.append(cols[col]["components"])
+            columns.append(cols[col].components)
     capacity = result.get("capacity")
     if capacity:
         fig, (ax, kv_ax) = plt.subplots(
@@ -74,19 +74,18 @@ def capacity_bars(ax, capacity: dict, advice: list) -> None:
 
     labels, heights, texts = [], [], []
     rows = [
-        (f"{ROLE_LABELS[role]}\n{col}", cols[col])
-        for role, cols in capacity.items()
+        (f"{ROLE_LABELS[role]}\n{col}", sizing.column(col))
+        for role, sizing in capacity.items()
         for col in COLUMNS
     ]
     rows += [
-        (f"{ROLE_LABELS['prefill']}\n{choice['choice']}", choice["capacity"])
+        (f"{ROLE_LABELS['prefill']}\n{choice.choice}", choice.capacity)
         for choice in advice
     ]
     for label, sized in rows:
         labels.append(label)
-        fits = sized["fits"]
-        heights.append(sized["kv_cache_bytes"] / GIB if fits else 0.0)
-        texts.append(f"{sized['kv_tokens']:,} tok" if fits else "does not fit")
+        heights.append(sized.kv_cache_bytes / GIB if sized.fits else 0.0)
+        texts.append(f"{sized.kv_tokens:,} tok" if sized.fits else "does not fit")
     colors = ["tab:blue", "tab:orange"] * len(capacity) + ["tab:green"] * len(advice)
     bars = ax.bar(labels, heights, color=colors)
     ax.bar_label(bars, texts, fontsize=8, rotation=90, padding=3)

@@ -354,7 +354,7 @@ def compare(server: Server, result: dict) -> Prediction:
     freed = _freed(result["roles"][role])
     sized = result["capacity"][role]
     active = rank.state is PluginState.ACTIVE
-    column = sized["plugin" if active else "upstream"]
+    column = sized.column("plugin" if active else "upstream")
     measured = rank.not_allocated_bytes
     predicted = freed if active else {}
     figures = [
@@ -379,8 +379,9 @@ def compare(server: Server, result: dict) -> Prediction:
     )
 
 
-def _budget_figures(rank: Rank, sized: dict) -> list[Figure]:
-    """The budget gate's upstream and plugin figures, recorded and predicted."""
+def _budget_figures(rank: Rank, sized) -> list[Figure]:
+    """The budget gate's upstream and plugin figures, recorded and predicted
+    (``sized``: the role's ``RoleSizing``)."""
     figures = []
     for side, recorded in rank.budget.items():
         if not isinstance(recorded, dict):
@@ -389,7 +390,7 @@ def _budget_figures(rank: Rank, sized: dict) -> list[Figure]:
             figures.append(
                 Figure(
                     f"budget gate: {side} {label}",
-                    _int(sized[side], key),
+                    _int(sized.column(side), key),
                     recorded.get(key),
                 )
             )
@@ -408,12 +409,13 @@ def _advice(result: dict, role: str) -> tuple[str, ...]:
 
 def _freed(pools: dict) -> dict[str, int]:
     """Per component, the bytes upstream's pool holds and the plugin's does not."""
-    up, now = pools["upstream"]["components"], pools["plugin"]["components"]
+    up, now = pools["upstream"].components, pools["plugin"].components
     return {c: up[c] - now.get(c, 0) for c in up if up[c] > now.get(c, 0)}
 
 
-def _int(sized: dict, key: str) -> int | None:
-    value = sized.get(key) if sized.get("fits", True) else None
+def _int(sized, key: str) -> int | None:
+    """One figure of a ``Sizing``; None where it does not fit."""
+    value = getattr(sized, key) if sized.fits else None
     return int(value) if isinstance(value, (int, float)) else None
 
 

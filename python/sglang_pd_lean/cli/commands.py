@@ -18,7 +18,11 @@ from sglang_pd_lean.census.inputs import MAX_SLOTS, CensusError
 from sglang_pd_lean.cli.args import UsageError, parse
 from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
-from sglang_pd_lean.cli.environment import load_sglang_plugins, require_seams
+from sglang_pd_lean.cli.environment import (
+    load_sglang_plugins,
+    require_seams,
+    require_sglang,
+)
 from sglang_pd_lean.cli.table import render_table
 
 # ``report --json``'s schema (docs/json.md): changes when a key is renamed or
@@ -47,20 +51,36 @@ def cmd_report(args) -> int:
     check(launch)
     if args.png:
         check_png_target(args.png)
-    load_sglang_plugins()
-    require_seams()
-    return _report(args, report_result(launch, shorthand))
+    require_sglang()
+    launch = merged(launch, shorthand)
+    # The weights build runs in a child beside the plugins' loading and the census.
+    with weights_build(launch) as build:
+        load_sglang_plugins()
+        require_seams()
+        return _report(args, report_result(launch, build))
 
 
-def report_result(launch, shorthand: list[str]) -> dict:
-    """The report's result: the census of ``launch`` with the census flags'
-    ``shorthand`` added to its flags, and the advice where it is sized."""
-    from sglang_pd_lean.census.advice import advise
+def merged(launch, shorthand: list[str]):
+    """``launch`` with the census flags' ``shorthand`` added to its flags."""
     from sglang_pd_lean.census.launch import merged_argv
+
+    return dataclasses.replace(launch, argv=merged_argv(shorthand, launch.argv))
+
+
+def weights_build(launch):
+    from sglang_pd_lean.census.server import weights_build
+
+    return weights_build(launch)
+
+
+def report_result(launch, build=None) -> dict:
+    """The report's result: the census of ``launch`` (its weights from ``build``,
+    a started ``census.server.weights_build``, where the sizing needs them), and the
+    advice where it is sized."""
+    from sglang_pd_lean.census.advice import advise
     from sglang_pd_lean.census.server import run_launch
 
-    launch = dataclasses.replace(launch, argv=merged_argv(shorthand, launch.argv))
-    result = run_launch(launch)
+    result = run_launch(launch, build=build)
     if launch.sized:
         result.update(advise(launch, result))
     return result
@@ -100,11 +120,14 @@ def report_launch(args) -> tuple:
 
 
 def _report(args, result: dict) -> int:
-    from sglang_pd_lean import compat
+    from sglang_pd_lean import plugin
 
-    result["plugin_gates"] = {gate.name: gate.state for gate in compat.plan()}
+    result["plugin_gates"] = {gate.name: gate.state for gate in plugin.decision().plans}
     if args.json:
-        print(json.dumps({"schema_version": SCHEMA_VERSION, **result}, indent=2))
+        from sglang_pd_lean.census.results import jsonable
+
+        payload = {"schema_version": SCHEMA_VERSION, **jsonable(result)}
+        print(json.dumps(payload, indent=2))
     else:
         print(render_table(result))
         print()

@@ -1,7 +1,8 @@
 """The SGLang the command runs against: quiet while it loads, and the plugin applied to
 it exactly as an SGLang process applies it (entry-point discovery).
 
-    load_sglang_plugins()  # UsageError when SGLang is not installed
+    require_sglang()  # UsageError when SGLang is not installed
+    load_sglang_plugins()  # the same, then the plugins as SGLang loads them
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def quiet_sglang() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def load_sglang_plugins() -> None:
-    """Apply the plugin exactly as an SGLang process does (entry point discovery)."""
+def require_sglang() -> None:
+    """UsageError where SGLang is not installed; else SGLang is made quiet."""
     if importlib.util.find_spec("sglang") is None:
         raise UsageError(
             f"SGLang is not installed for {sys.executable}: install a supported "
@@ -36,6 +37,11 @@ def load_sglang_plugins() -> None:
             f"scripts/sglang-pd-lean"
         )
     quiet_sglang()
+
+
+def load_sglang_plugins() -> None:
+    """Apply the plugin exactly as an SGLang process does (entry point discovery)."""
+    require_sglang()
     from sglang.srt.plugins import load_plugins
 
     load_plugins()

@@ -27,7 +27,7 @@ def component_rows(roles: dict) -> list[tuple[str, tuple[str, ...]]]:
     non-zero somewhere, in upstream's order, then the rest as one bookkeeping row.
     The table and the chart both use these."""
     columns = [col for r in roles.values() for col in r.values()]
-    present = {c for col in columns for c, n in col["components"].items() if n}
+    present = {c for col in columns for c, n in col.components.items() if n}
     rows = [(name, (name,)) for name in COMPONENT_ORDER if name in present]
     others = tuple(sorted(present - set(COMPONENT_ORDER)))
     if others:
@@ -89,35 +89,39 @@ def _head(result: dict) -> list[str]:
 
 
 def _cells(roles: dict, cell) -> list[str]:
-    """One cell per role and column, in the table's order."""
-    return [cell(columns[col]) for columns in roles.values() for col in COLUMNS]
+    """One cell per role and column, in the table's order (``roles``: per role,
+    a mapping of the columns, or a ``RoleSizing``)."""
+    return [
+        cell(_column(columns, col)) for columns in roles.values() for col in COLUMNS
+    ]
+
+
+def _column(columns, col: str):
+    return columns[col] if isinstance(columns, dict) else columns.column(col)
 
 
 def _pool_rows(roles: dict) -> list[list[str]]:
     """Slots, bytes per component, totals and the plugin's change, per column."""
     rows = [["component"] + ["upstream", "plugin"] * len(roles)]
-    rows.append(["request slots"] + _cells(roles, lambda c: f"{c['request_slots']:,}"))
-    rows.append(["mamba slots"] + _cells(roles, lambda c: f"{c['mamba_slots']:,}"))
+    rows.append(["request slots"] + _cells(roles, lambda c: f"{c.request_slots:,}"))
+    rows.append(["mamba slots"] + _cells(roles, lambda c: f"{c.mamba_slots:,}"))
     for label, names in component_rows(roles):
         rows.append(
             [label]
             + _cells(
                 roles,
                 lambda c, names=names: human_bytes(
-                    sum(c["components"].get(n, 0) for n in names)
+                    sum(c.components.get(n, 0) for n in names)
                 ),
             )
         )
-    rows.append(["total"] + _cells(roles, lambda c: human_bytes(c["total_bytes"])))
+    rows.append(["total"] + _cells(roles, lambda c: human_bytes(c.total_bytes)))
     rows.append(
-        ["verify-only"] + _cells(roles, lambda c: human_bytes(c["verify_only_bytes"]))
+        ["verify-only"] + _cells(roles, lambda c: human_bytes(c.verify_only_bytes))
     )
     change = ["change with plugin"]
     for r in roles.values():
-        change += [
-            "",
-            _signed(r["plugin"]["total_bytes"] - r["upstream"]["total_bytes"]),
-        ]
+        change += ["", _signed(r["plugin"].total_bytes - r["upstream"].total_bytes)]
     rows.append(change)
     return rows
 
@@ -134,7 +138,9 @@ def _warmup_rows(warm: dict | None) -> list[list[str]]:
 
 def _capacity_rows(capacity: dict) -> list[list[str]]:
     def cells(key, fmt):
-        return _cells(capacity, lambda c: fmt(c[key]) if c["fits"] else "does not fit")
+        return _cells(
+            capacity, lambda c: fmt(getattr(c, key)) if c.fits else "does not fit"
+        )
 
     return [
         ["capacity:"] + [""] * (2 * len(capacity)),
@@ -169,37 +175,40 @@ def _capacity_notes(result: dict) -> list[str]:
     unfit: dict[str, list[str]] = {}
     for role, c in capacity.items():
         for col in COLUMNS:
-            if not c[col]["fits"]:
-                unfit.setdefault(c[col]["reason"], []).append(
+            if not c.column(col).fits:
+                unfit.setdefault(c.column(col).reason, []).append(
                     f"{col} {ROLE_TITLES[role]}"
                 )
     for reason, where in unfit.items():
         notes.append(f"does not fit ({reason}): {', '.join(where)}")
     for role, c in capacity.items():
         for col in COLUMNS:
-            if c[col].get("requests_capped"):
+            if c.column(col).requests_capped:
                 asked = result["resolved"][role]["max_running_requests"]
                 notes.append(
-                    f"{col} {ROLE_TITLES[role]}: {c[col]['max_running_requests']:,} "
+                    f"{col} {ROLE_TITLES[role]}: {c.column(col).max_running_requests:,} "
                     f"of {asked:,} running requests (SGLang caps them by the mamba "
                     f"slots and KV tokens it sized)"
                 )
     for role, c in capacity.items():
-        said = _change_words(c["change"] or {})
+        said = _change_words(c.change)
         if said:
             notes.append(f"{ROLE_TITLES[role]} with the plugin: {', '.join(said)}")
     return notes
 
 
-def _change_words(change: dict) -> list[str]:
-    """What the plugin changes in one role's sizing, the changed figures only."""
+def _change_words(change) -> list[str]:
+    """What the plugin changes in one role's sizing (a ``Change``, or None), the
+    changed figures only."""
+    if change is None:
+        return []
     words = (
         ("mamba_slots", lambda v: f"{v:+,} mamba slots"),
         ("kv_cache_bytes", lambda v: f"KV cache {_signed(v)}"),
         ("kv_tokens", lambda v: f"{v:+,} KV tokens"),
         ("max_running_requests", lambda v: f"{v:+,} request slots"),
     )
-    return [say(change[key]) for key, say in words if change.get(key)]
+    return [say(getattr(change, key)) for key, say in words if getattr(change, key)]
 
 
 # Resolved values shown per role, in this order, with their labels.
@@ -294,14 +303,15 @@ def _memory_source(memory: dict | None) -> str:
 ADVICE_HEADER = ("KV cache", "KV tokens", "mamba slots", "request slots", "fits")
 
 
-def _capacity_cells(cap: dict) -> list[str]:
-    if not cap["fits"]:
+def _capacity_cells(cap) -> list[str]:
+    """A ``Sizing`` or a choice's ``Capacity``, under ``ADVICE_HEADER``."""
+    if not cap.fits:
         return ["does not fit"] * 4 + ["no"]
     return [
-        human_bytes(cap["kv_cache_bytes"]),
-        f"{cap['kv_tokens']:,}",
-        f"{cap['mamba_slots']:,}",
-        f"{cap['max_running_requests']:,}",
+        human_bytes(cap.kv_cache_bytes),
+        f"{cap.kv_tokens:,}",
+        f"{cap.mamba_slots:,}",
+        f"{cap.max_running_requests:,}",
         "yes",
     ]
 
@@ -311,13 +321,13 @@ def advice_lines(result: dict) -> list[str]:
     flags to add and what SGLang's sizing gives with them; else why nothing."""
     lines = []
     if result["advice"]:
-        upstream = result["capacity"]["prefill"]["upstream"]
+        upstream = result["capacity"]["prefill"].upstream
         rows = [["", *ADVICE_HEADER]]
         rows.append(["upstream, without the plugin", *_capacity_cells(upstream)])
         flags = []
         for choice in result["advice"]:
-            rows.append([choice["title"], *_capacity_cells(choice["capacity"])])
-            flags.append(" ".join(choice["flags"]) or "nothing")
+            rows.append([choice.title, *_capacity_cells(choice.capacity)])
+            flags.append(" ".join(choice.flags) or "nothing")
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.append(
             "How to spend what the plugin frees on the prefill target: each "
@@ -330,9 +340,9 @@ def advice_lines(result: dict) -> list[str]:
             if i >= 2:
                 lines.append(f"    add: {flags[i - 2]}")
         for choice in result["advice"]:
-            if not choice["capacity"]["fits"]:
-                lines.append(f"{choice['title']}: {choice['capacity']['reason']}")
-        if not upstream["fits"]:
+            if not choice.capacity.fits:
+                lines.append(f"{choice.title}: {choice.capacity.reason}")
+        if not upstream.fits:
             lines.append(
                 "upstream does not fit, so there is no upstream KV cache or slot "
                 "count to start from: only the launch as given."

@@ -37,7 +37,7 @@ from sglang_pd_lean.gates.base import (
     SteppedAside,
     without_speculation,
 )
-from sglang_pd_lean.role import setting
+from sglang_pd_lean.shims import setting
 from sglang_pd_lean.units import GIB, human_bytes
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,187 @@
+"""SGLang's API where the supported releases (0.5.16 to 0.5.23) differ: one function
+per difference, each saying which releases take which road.
+
+    from sglang_pd_lean import shims
+    shims.setting("get_spec", "speculative_algorithm", server_args)
+    shims.resolved_value(server_args, "page_size")
+
+The rest of the package asks here instead of testing SGLang's names itself;
+``seams`` lists each name a road needs, with the releases that have it. The road is
+picked by what the installed SGLang has (a name, a parameter), never by its release
+number. Nothing from SGLang is imported at this module's import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+import types
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def runtime_context() -> types.ModuleType | None:
+    """SGLang's ``runtime_context`` module; None on a release without it."""
+    try:
+        from sglang.srt import runtime_context as module
+    except ImportError:
+        return None
+    return module
+
+
+def setting(getter_name: str, field: str, server_args: Any) -> Any:
+    """A leaf of SGLang's published config namespace (0.5.17+: ``get_spec()``,
+    ``get_disagg()``, ...), else the ServerArgs field (0.5.16, or a namespace not
+    published in this process yet)."""
+    getter = getattr(runtime_context(), getter_name, None)
+    if getter is not None:
+        try:
+            return getattr(getter(), field)
+        except (AttributeError, KeyError, ValueError, RuntimeError) as exc:
+            # Not published in this process (yet): fall back to server_args.
+            logger.debug(
+                "pd_lean: %s().%s not published (%s); reading server_args",
+                getter_name,
+                field,
+                type(exc).__name__,
+            )
+    return getattr(server_args, field, None)
+
+
+def is_npu() -> bool:
+    """SGLang's own NPU probe; False where the installed SGLang has none."""
+    try:
+        from sglang.srt.utils import is_npu as probe
+    except ImportError:
+        return False
+    return bool(probe())
+
+
+# ------------------------------------------------------------------ resolution
+
+
+def resolve_once(server_args: Any) -> None:
+    """0.5.19+ resolve the launch on ``ServerArgs.resolve_once()``; older releases
+    resolved it in ``prepare_server_args`` already."""
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
+
+
+def resolved_value(server_args: Any, name: str) -> Any:
+    """What SGLang's resolution decided for ``name`` (0.5.19+ keep the decisions
+    beside the raw fields; older releases write them onto the fields)."""
+    if hasattr(server_args, "resolve_once"):
+        from sglang.srt.arg_groups.overrides import resolution_result
+
+        return resolution_result(server_args, name)
+    return getattr(server_args, name, None)
+
+
+def field_names(server_args: Any) -> list[str]:
+    """ServerArgs' field names: a dataclass up to 0.5.20, SGLang's own record
+    fields from 0.5.21."""
+    import dataclasses
+
+    cls = type(server_args)
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    from sglang.srt.arg_groups.arg_utils import record_fields
+
+    return [f.name for f in record_fields(cls)]
+
+
+def platform_table() -> dict[str, str] | None:
+    """SGLang's platform table, fact -> probe name (0.5.19+: ``_PLATFORM_PROBES``
+    and ``_PLATFORM_VALUES`` beside ``override_platform``); None before."""
+    module = runtime_context()
+    table = {
+        **getattr(module, "_PLATFORM_PROBES", {}),
+        **getattr(module, "_PLATFORM_VALUES", {}),
+    }
+    if not hasattr(module, "override_platform") or not table:
+        return None
+    return table
+
+
+# ------------------------------------------------------------------ the model's rank
+
+
+def accepts(function: Any, *names: str) -> bool:
+    """``function`` takes every parameter in ``names`` (signatures that grew)."""
+    return all(n in inspect.signature(function).parameters for n in names)
+
+
+def publish_rank0(server_args: Any) -> None:
+    """Publish the launch as SGLang's scheduler does for rank 0 (0.5.21+:
+    ``publish(ranks=SpawnRanks)``; 0.5.17 to 0.5.20: ``publish``; 0.5.16: the model
+    runner's slot in the context), then SGLang's MoE config (its signature grew an
+    argument)."""
+    module = runtime_context()
+    if hasattr(module, "SpawnRanks"):
+        module.publish(
+            server_args, role="scheduler", ranks=module.SpawnRanks(world_rank=0)
+        )
+    elif hasattr(module, "publish"):
+        module.publish(server_args, role="scheduler")
+    else:
+        module.get_context().set_server_args(server_args)
+    with contextlib.suppress(ImportError):
+        from sglang.srt.layers.moe import initialize_moe_config
+
+        if not inspect.signature(initialize_moe_config).parameters:
+            initialize_moe_config()
+        else:
+            initialize_moe_config(server_args)
+
+
+def attention_dp_size() -> int:
+    """The attention-DP width SGLang's groups have (up to 0.5.20 ``dp_attention``
+    answers; later the published parallel layout)."""
+    from sglang.srt.layers import dp_attention
+
+    if hasattr(dp_attention, "get_attention_dp_size"):
+        return dp_attention.get_attention_dp_size()
+    from sglang.srt.runtime_context import get_parallel
+
+    return get_parallel().attn_dp_size
+
+
+def init_dp_attention(server_args: Any, model_config: Any) -> None:
+    """SGLang's attention-DP set-up (later releases also take the model config)."""
+    from sglang.srt.layers import dp_attention
+
+    if accepts(dp_attention.initialize_dp_attention, "model_config"):
+        dp_attention.initialize_dp_attention(server_args, model_config)
+    else:
+        dp_attention.initialize_dp_attention(server_args)
+
+
+def published_spec() -> Any:
+    """The published speculative configuration (0.5.17+), or None: 0.5.19 to
+    0.5.21 keep NEXTN in the raw field and resolve it only there."""
+    module = runtime_context()
+    return module.get_spec() if hasattr(module, "get_spec") else None
+
+
+def has_draft_model(algorithm: Any) -> bool:
+    """A ``SpeculativeAlgorithm`` with a draft model (NGRAM, where a release has
+    it, has none)."""
+    if algorithm.is_none():
+        return False
+    return not (hasattr(algorithm, "is_ngram") and algorithm.is_ngram())
+
+
+def layer_info(start: int, end: int) -> Any:
+    """SGLang's ModelLayerInfo for a [start, end) stage (a namespace where the
+    installed SGLang has none)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.layer_setup import (
+            ModelLayerInfo,
+        )
+    except ImportError:
+        return types.SimpleNamespace(start_layer=start, end_layer=end)
+    return ModelLayerInfo(
+        start_layer=start, end_layer=end, num_effective_layers=end - start
+    )
