@@ -47,7 +47,11 @@ def seconds(command: list[str], pythonpath: str | None = None) -> float:
         )
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, *command], check=True, stdout=subprocess.DEVNULL, env=env
+        [sys.executable, *command],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     return time.perf_counter() - start
 
