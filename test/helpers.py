@@ -202,14 +202,9 @@ def census_of(*flags: str) -> dict:
 def typed_census(*flags: str) -> dict:
     """``census_of``, with the typed results (``census.results``) the table and the
     chart read."""
-    from sglang_pd_lean.census.server import check
+    from sglang_pd_lean.census.server import check, weights_build
     from sglang_pd_lean.cli.args import parse
-    from sglang_pd_lean.cli.commands import (
-        merged,
-        report_launch,
-        report_result,
-        weights_build,
-    )
+    from sglang_pd_lean.cli.commands import merged, report_launch, report_result
 
     launch, shorthand = report_launch(parse(["report", *flags]))
     check(launch)

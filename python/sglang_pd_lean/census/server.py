@@ -31,6 +31,7 @@ from sglang_pd_lean.census.inputs import (
 )
 from sglang_pd_lean.census.launch import (
     Gpu,
+    Resolved,
     exported,
     given_role,
     model_path,
@@ -184,35 +185,42 @@ def run_launch(
     ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
     one sizing step of a search, saves the others' resolution and pools).
     ``build``: the launch's weights build, already started (``weights_build``);
-    where the sizing needs one and none is given, it starts here."""
-    if build is None and _builds(launch):
-        with weights_build(launch) as started:
-            return run_launch(launch, only, started)
+    where the sizing needs one and none is given, it starts here, from the
+    resolution of the role the flags name."""
     argv, folder, name = launch_argv(launch)
     role = given_role(argv)
     columns = tuple(r for r in ROLES if r in only)
     resolving = tuple(r for r in ROLES if r in columns or r == role)
     resolved = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
     servers = {r: done.server_args for r, done in resolved.items()}
+    started = (
+        contextlib.nullcontext(build)
+        if build is not None
+        else weights_build(launch, resolved[role])
+    )
     # The environment SGLang's resolution set, as a server process keeps it.
-    with exported(resolved[role].environ):
+    with started as build, exported(resolved[role].environ):
         road = _Road(launch, argv, folder, name, role, columns)
         return _census(road, servers, build)
 
 
 @contextlib.contextmanager
-def weights_build(launch: Launch) -> Iterator[Build | None]:
+def weights_build(
+    launch: Launch, done: Resolved | None = None
+) -> Iterator[Build | None]:
     """SGLang's model classes for the launch built in a forked child
     (``census.weights``), where the sizing needs the weights and nothing else gives
-    them; None otherwise. The child starts as soon as the role the flags name is
-    resolved, so that the build runs beside the rest (the report starts it before
-    it loads the plugins: no gate hooks the resolution or the model classes), and
-    is stopped at the block's end if its answer was never read."""
+    them; None otherwise. ``done``: the role the flags name, already resolved (else
+    it is resolved here). The child starts as soon as that role is resolved, so
+    that the build runs beside the rest (the report starts it before it loads the
+    plugins: no gate hooks the resolution or the model classes), and is stopped at
+    the block's end if its answer was never read."""
     if not _builds(launch):
         yield None
         return
-    argv, _, _ = launch_argv(launch)
-    done = resolve(role_argv(argv, given_role(argv)), launch.gpu)
+    if done is None:
+        argv, _, _ = launch_argv(launch)
+        done = resolve(role_argv(argv, given_role(argv)), launch.gpu)
     with exported(done.environ):
         build = Build(done.server_args)
     try:

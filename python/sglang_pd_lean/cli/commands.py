@@ -40,7 +40,7 @@ class _Stopped(BaseException):
 
 def cmd_report(args) -> int:
     from sglang_pd_lean import census
-    from sglang_pd_lean.census.server import check
+    from sglang_pd_lean.census.server import check, weights_build
 
     if args.list_models:
         for name in census.bundled_models():
@@ -65,12 +65,6 @@ def merged(launch, shorthand: list[str]):
     from sglang_pd_lean.census.launch import merged_argv
 
     return dataclasses.replace(launch, argv=merged_argv(shorthand, launch.argv))
-
-
-def weights_build(launch):
-    from sglang_pd_lean.census.server import weights_build
-
-    return weights_build(launch)
 
 
 def report_result(launch, build=None) -> dict:

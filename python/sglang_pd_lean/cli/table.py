@@ -90,14 +90,8 @@ def _head(result: dict) -> list[str]:
 
 def _cells(roles: dict, cell) -> list[str]:
     """One cell per role and column, in the table's order (``roles``: per role,
-    a mapping of the columns, or a ``RoleSizing``)."""
-    return [
-        cell(_column(columns, col)) for columns in roles.values() for col in COLUMNS
-    ]
-
-
-def _column(columns, col: str):
-    return columns[col] if isinstance(columns, dict) else columns.column(col)
+    its columns by name)."""
+    return [cell(columns[col]) for columns in roles.values() for col in COLUMNS]
 
 
 def _pool_rows(roles: dict) -> list[list[str]]:
@@ -137,9 +131,14 @@ def _warmup_rows(warm: dict | None) -> list[list[str]]:
 
 
 def _capacity_rows(capacity: dict) -> list[list[str]]:
+    columns = {
+        role: {col: sizing.column(col) for col in COLUMNS}
+        for role, sizing in capacity.items()
+    }
+
     def cells(key, fmt):
         return _cells(
-            capacity, lambda c: fmt(getattr(c, key)) if c.fits else "does not fit"
+            columns, lambda c: fmt(getattr(c, key)) if c.fits else "does not fit"
         )
 
     return [
