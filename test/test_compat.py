@@ -4,6 +4,7 @@ against the release oracle in conftest (taken from upstream's sources)."""
 from __future__ import annotations
 
 import pkgutil
+import sys
 
 import pytest
 from helpers import NATIVE_FROM, upstream_has
@@ -70,6 +71,15 @@ def test_kill_switch_values(monkeypatch):
 # --- hook targets, resolved as HookRegistry resolves them -----------------------
 
 
+def importable_from(tmp_path, monkeypatch, *modules: str) -> None:
+    """``tmp_path`` first on ``sys.path``, ``modules`` imported afresh from it: an
+    earlier pytest session in this interpreter (mutmut runs several) may hold a copy
+    whose folder pytest has since removed."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in modules:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 def hook_registry_resolves(target: str):
     """What ``HookRegistry._apply_target`` wraps: ``pkgutil.resolve_name`` of the
     owner, then ``getattr`` (so inherited attributes included)."""
@@ -87,7 +97,7 @@ def inherited_method(tmp_path, monkeypatch):
         "class Configurator(Base):\n"
         "    pass\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importable_from(tmp_path, monkeypatch, "fake_inheriting_upstream")
     return "fake_inheriting_upstream.Configurator.build"
 
 
@@ -129,7 +139,7 @@ def test_unimportable_hook_module_is_reported_with_its_import_error(
         "import a_dependency_that_is_not_installed\n"
         "class KVCacheConfigurator:\n    def build(self):\n        pass\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importable_from(tmp_path, monkeypatch, "fakeupstream", "fakeupstream.configurator")
     missing = missing_targets(["fakeupstream.configurator.KVCacheConfigurator.build"])
     assert len(missing) == 1
     assert "No module named 'a_dependency_that_is_not_installed'" in missing[0]
@@ -141,7 +151,7 @@ def test_missing_hook_module_still_reads_as_missing(tmp_path, monkeypatch):
     package = tmp_path / "fakeupstream2"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importable_from(tmp_path, monkeypatch, "fakeupstream2")
     missing = missing_targets(["fakeupstream2.gone.Cls.method"])
     assert len(missing) == 1 and "gone" in missing[0]
 
@@ -167,13 +177,19 @@ def capture_decode_graph_native(model_runner):
 def graph_gate_on(tmp_path, monkeypatch):
     """``graph_gate_on(function)``: the graph gate hooking ``function`` of a module
     holding UPSTREAM_LIKE."""
-    (tmp_path / "upstream_like.py").write_text(UPSTREAM_LIKE)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    package = tmp_path / "upstream_like"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "cuda_graph_setup.py").write_text(UPSTREAM_LIKE)
+    importable_from(
+        tmp_path, monkeypatch, "upstream_like", "upstream_like.cuda_graph_setup"
+    )
     by_name = {g.name: g for g in all_gates()}
     gate_class = type(by_name["graph"])
 
     def gate(function: str):
-        monkeypatch.setattr(gate_class, "targets", (f"upstream_like.{function}",))
+        target = f"upstream_like.cuda_graph_setup.{function}"
+        monkeypatch.setattr(gate_class, "targets", (target,))
         return by_name["graph"]
 
     return gate
@@ -189,9 +205,12 @@ def test_a_marker_named_only_in_comments_and_strings_still_gets_the_gate(
 
 
 def test_a_marker_the_code_reads_is_native(graph_gate_on):
+    """doctor says which upstream function checks which marker."""
     gate = graph_gate_on("capture_decode_graph_native")
-    assert compat._state(gate)[0] == compat.GateState.NATIVE
-    assert "disaggregation_mode" in compat.native_reason(gate)
+    assert compat._state(gate) == (
+        compat.GateState.NATIVE,
+        "upstream capture_decode_graph_native() checks disaggregation_mode",
+    )
 
 
 @pytest.mark.parametrize("gate_name", ["pool", "graph", "warmup", "budget"])
@@ -221,7 +240,7 @@ def test_upstreams_own_function_with_the_marker_in_a_comment_is_not_native(
     (tmp_path / f"{module}.py").write_text(
         "from __future__ import annotations\n\n" + "\n".join(body) + "\n"
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importable_from(tmp_path, monkeypatch, module)
     name = function.name
     monkeypatch.setattr(type(gate), "targets", (f"{module}.{name}",))
     assert (compat.native_reason(gate) is not None) is upstream_has(gate_name)
@@ -276,3 +295,94 @@ def test_a_missing_target_turns_off_its_gate_and_those_requiring_it(monkeypatch)
             assert hooked <= registered, plan.name
         else:
             assert not hooked & registered, plan.name
+
+
+# --- what the decision says where it registers nothing -------------------------
+
+SUPPORTED_RANGE = "(0.5.16 to 0.5.23)"  # README: "Supported SGLang releases"
+
+
+@pytest.mark.parametrize("kill_switch", [None, "0"])
+def test_without_sglang_the_decision_says_so_names_the_range_and_holds_nothing(
+    kill_switch, monkeypatch
+):
+    monkeypatch.setattr(compat, "sglang_version", lambda: None)
+    if kill_switch is None:
+        monkeypatch.delenv("SGLANG_PD_LEAN", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_PD_LEAN", kill_switch)
+    decision = compat.decide()
+    assert decision.refusal.startswith("SGLang is not installed in this environment")
+    assert f"Install a supported SGLang {SUPPORTED_RANGE}." in decision.refusal
+    assert (decision.plans, decision.hooks, decision.missing) == ((), (), ())
+    assert decision.off == [] and not decision.healthy
+    assert decision.disabled is (kill_switch is not None)
+
+
+@pytest.mark.parametrize("kill_switch", [None, "0"])
+def test_an_unsupported_release_names_itself_and_the_range_and_registers_nothing(
+    kill_switch, monkeypatch
+):
+    monkeypatch.setattr(compat, "sglang_version", lambda: "0.6.0")
+    if kill_switch is None:
+        monkeypatch.delenv("SGLANG_PD_LEAN", raising=False)
+    else:
+        monkeypatch.setenv("SGLANG_PD_LEAN", kill_switch)
+    decision = compat.decide()
+    assert decision.refusal.startswith(
+        f"SGLang 0.6.0 is not a supported release {SUPPORTED_RANGE}:"
+    )
+    assert [gate.name for gate in decision.plans] == [g.name for g in all_gates()]
+    assert (decision.hooks, decision.missing) == ((), ())
+    assert not decision.healthy
+    assert decision.disabled is (kill_switch is not None)
+
+
+def test_a_gate_state_prints_as_the_text_doctor_and_the_logs_show():
+    assert f"{compat.GateState.NEEDED}" == "applied by the plugin"
+    assert f"{compat.GateState.NATIVE:>20}" == "     native upstream"
+    assert f"{compat.GateState.MISSING:<40}|" == (
+        "not registered: hook target missing     |"
+    )
+
+
+def test_each_planned_gate_carries_its_gates_own_summary():
+    """doctor and ``/server_info`` show each gate's one-line summary."""
+    assert [(p.name, p.summary) for p in compat.plan()] == [
+        (g.name, g.summary) for g in all_gates()
+    ]
+
+
+def test_a_gate_requiring_several_gates_names_every_one_not_applied(monkeypatch):
+    """The autotune gate (needed on every supported release) made to require the
+    pool gate (its target gone) and the replayssm gate (not applicable): unsafe,
+    naming both."""
+    by_name = {g.name: g for g in all_gates()}
+    monkeypatch.setattr(
+        type(by_name["pool"]),
+        "targets",
+        ("sglang.srt.mem_cache.kv_cache_configurator.Gone",),
+    )
+    monkeypatch.setattr(type(by_name["autotune"]), "requires", ("pool", "replayssm"))
+    plans = {p.name: p for p in compat.plan()}
+    assert plans["autotune"].state == compat.GateState.UNSAFE
+    assert plans["autotune"].detail == (
+        "needs the pool, replayssm gate, which is not applied"
+    )
+
+
+def test_a_gate_the_plugin_applies_has_nothing_to_explain():
+    """doctor's detail column is empty beside every gate the plugin applies."""
+    needed = [p for p in compat.plan() if p.state == compat.GateState.NEEDED]
+    assert needed and {p.detail for p in needed} == {""}
+
+
+def test_a_gate_sglang_needs_without_a_hook_says_so_as_documented(monkeypatch):
+    """The replayssm gate has no hook; were the installed SGLang to stop refusing its
+    flag on a prefill server, doctor names the failure as README does."""
+    gate = {g.name: g for g in all_gates()}["replayssm"]
+    monkeypatch.setattr(type(gate), "applicable", lambda self: None)
+    assert compat._state(gate) == (
+        compat.GateState.UNHANDLED,
+        "this SGLang needs a gate the plugin does not have",
+    )

@@ -203,3 +203,52 @@ def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
     else:  # upstream sizes/warms up as a worker without speculation
         assert seen == [SpeculativeAlgorithm.NONE]
         assert owner.model_runner.spec_algorithm == SpeculativeAlgorithm.EAGLE
+
+
+def test_a_gate_missing_several_parts_is_told_each_of_them():
+    with pytest.raises(TypeError, match="lacks name, summary: "):
+        type("BareGate", (Gate,), {"targets": ()})
+
+
+# --- a gate with nothing to remove steps aside, and says why once ---------------
+
+
+def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
+    unhooked, outcome, caplog
+):
+    """An embedding model on a prefill target: upstream returns before any capture,
+    so the graph gate steps aside with upstream's own result; the record and one
+    INFO line (not one per call) say why."""
+    import logging
+
+    from helpers import stand_in_model_runner
+
+    inputs = census.Inputs(model=MODEL)
+    fields = server_fields(inputs, "prefill")
+    original = unhooked(graph.GATE)
+    with census.published(**fields) as server_args:
+        runner = stand_in_model_runner(
+            server_args, fields, is_draft_worker=False, is_generation=False
+        )
+        expected = outcome(lambda: original(model_runner=runner))
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            results = [
+                outcome(lambda: graph.GATE.around(original, model_runner=runner))
+                for _ in range(2)
+            ]
+    assert results == [expected, expected]
+    snapshot = record.snapshot()
+    assert snapshot["gates"]["graph"] == record.Outcome.STEPPED_ASIDE
+    assert snapshot["stepped_aside_because"]["graph"] == (
+        "upstream captures no decode graph here"
+    )
+    lines = [r for r in caplog.records if "graph gate" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.INFO]
+    assert (
+        lines[0]
+        .getMessage()
+        .endswith(
+            "cannot run TARGET_VERIFY; stepped aside: upstream captures no decode "
+            "graph here"
+        )
+    )

@@ -12,12 +12,13 @@ upstream; ``test_gates.py`` drives the gate's own hook on every release.
 
 from __future__ import annotations
 
+import logging
 import types
 
 import pytest
-from helpers import server_fields, stand_in_model_runner
+from helpers import server_fields, stand_in_model_runner, upstream_has
 
-from sglang_pd_lean import census
+from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import graph
 
 
@@ -84,3 +85,46 @@ def test_graph_hook_on_a_runner_upstream_can_use_without_server_args(unhooked, o
     assert outcome(lambda: graph.GATE.around(original, model_runner=runner)) == (
         outcome(lambda: original(model_runner=runner))
     )
+
+
+def test_a_positional_call_fails_as_upstream_fails(unhooked, outcome):
+    """Upstream takes the model runner by keyword only: called positionally for a
+    prefill target, the hook raises upstream's own error instead of acting."""
+    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    fields = server_fields(inputs, "prefill")
+    original = unhooked(graph.GATE)
+    with census.published(**fields) as server_args:
+        runner = stand_in_model_runner(server_args, fields, is_draft_worker=False)
+        hooked = outcome(lambda: graph.GATE.around(original, runner))
+        expected = outcome(lambda: original(runner))
+    assert expected[:2] == ("raised", "TypeError")
+    assert hooked == expected
+
+
+def test_the_operator_reads_once_that_the_verify_graph_was_not_captured(
+    unhooked, caplog
+):
+    """A prefill target with a decode graph backend: upstream would capture the
+    target-verify graph. The gate hands back upstream's no-capture result each time
+    it is asked, and logs one INFO line per rank that says what it skipped."""
+    if upstream_has("graph"):
+        pytest.skip("this SGLang captures no verify graph on a prefill target")
+    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    fields = server_fields(inputs, "prefill")
+    original = unhooked(graph.GATE)
+    with census.published(**fields) as server_args:
+        runner = stand_in_model_runner(server_args, fields, is_draft_worker=False)
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            results = [
+                graph.GATE.around(original, model_runner=runner) for _ in range(2)
+            ]
+    assert [result.runner for result in results] == [None, None]
+    assert record.snapshot()["gates"]["graph"] == "acted"
+    ours = [r for r in caplog.records if r.name.startswith("sglang_pd_lean")]
+    assert [(r.levelno, r.getMessage()) for r in ours] == [
+        (
+            logging.INFO,
+            "[sglang-pd-lean] graph gate: prefill target (EAGLE) cannot run "
+            "TARGET_VERIFY; skipped the target-verify graph capture",
+        )
+    ]

@@ -4,14 +4,19 @@ refuses on a prefill server (so the plugin has nothing to gate)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import pathlib
 import types
 
 import pytest
 from helpers import census_of, server_fields
 
-from sglang_pd_lean import census
+from sglang_pd_lean import census, record
+from sglang_pd_lean.gates import autotune, draft_graph
 
 DRAFT_TOKENS = 4
+SERVER_INFO = pathlib.Path(__file__).parent / "data" / "server_info"
 
 
 class ReachedCapture(Exception):
@@ -34,33 +39,76 @@ def capture_sentinel(monkeypatch):
 
 
 def published_prefill_or(
-    role: str, *, speculative: bool = True, decode_backend: bool = True
+    role: str,
+    *,
+    speculative: bool = True,
+    decode_backend: bool = True,
+    draft_tokens: int = DRAFT_TOKENS,
 ):
     inputs = census.Inputs(
-        model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS
+        model="qwen3-next-80b-a3b", speculative_num_draft_tokens=draft_tokens
     )
     fields = server_fields(inputs, role, speculative=speculative)
+    from sglang.srt.model_executor.cuda_graph_config import (
+        Backend,
+        CudaGraphConfig,
+        PhaseConfig,
+    )
+
     if decode_backend:
         # The operator asked for a decode graph backend explicitly.
-        from sglang.srt.model_executor.cuda_graph_config import CudaGraphConfig
-
         fields["cuda_graph_config"] = CudaGraphConfig()
+    else:
+        # A prefill server's default: no decode graph backend.
+        fields["cuda_graph_config"] = CudaGraphConfig(
+            decode=PhaseConfig(backend=Backend.DISABLED)
+        )
     return fields
 
 
-def capture_draft_graphs(role: str, *, speculative: bool = True):
+def draft_worker(server_args):
+    """SGLang's EagleDraftWorker with the fields its graph capture reads."""
     from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker
 
-    fields = published_prefill_or(role, speculative=speculative)
+    worker = object.__new__(EagleDraftWorker)
+    worker.server_args = server_args
+    worker.draft_runner = types.SimpleNamespace()
+    worker.target_worker = types.SimpleNamespace(device="cuda")
+    worker.device, worker.gpu_id, worker.topk = "cuda", 0, 1
+    worker.speculative_num_steps = 2  # multi-step drafting: a draft decode graph
+    return worker
+
+
+def capture_draft_graphs(
+    role: str, *, speculative: bool = True, decode_backend: bool = True
+):
+    fields = published_prefill_or(
+        role, speculative=speculative, decode_backend=decode_backend
+    )
     with census.published(**fields) as server_args:
-        worker = object.__new__(EagleDraftWorker)
-        worker.server_args = server_args
-        worker.draft_runner = types.SimpleNamespace()
-        worker.target_worker = types.SimpleNamespace(device="cuda")
-        worker.device, worker.gpu_id, worker.topk = "cuda", 0, 1
-        worker.speculative_num_steps = 2  # multi-step drafting: a draft decode graph
+        worker = draft_worker(server_args)
         worker._capture_cuda_graphs()
     return worker
+
+
+def our_log(caplog) -> list[tuple[int, str]]:
+    return [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name.startswith("sglang_pd_lean")
+    ]
+
+
+def live_prefill_reasons(gate: str) -> set[str]:
+    """Why ``gate`` stepped aside, as live prefill servers answered
+    ``/server_info`` (the documents the e2e suite recorded in test/data)."""
+    reasons = set()
+    for path in SERVER_INFO.glob("*/prefill.json"):
+        for state in json.loads(path.read_text())["internal_states"]:
+            because = state["pd_lean"]["stepped_aside_because"]
+            if gate in because:
+                reasons.add(because[gate])
+    return reasons
 
 
 def test_prefill_server_draft_worker_captures_no_graphs(capture_sentinel):
@@ -75,31 +123,39 @@ def test_decode_and_null_draft_workers_go_on_to_capture(capture_sentinel, role):
         capture_draft_graphs(role)
 
 
-def autotune_tokens_per_request(role: str, *, is_draft_worker: bool = False) -> int:
-    """Tokens per request upstream's EagerRunner._autotune_buffers sizes buffers for."""
+def eager_runner(server_args, fields: dict, *, is_draft_worker: bool = False):
+    """SGLang's EagerRunner for 8 requests, with a model runner answering the
+    draft tokens per request as SGLang's does for ``fields``. Upstream's allocator
+    call is the boundary: it returns what it was asked for."""
     from sglang.srt.model_executor.runner.eager_runner import EagerRunner
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    runner = object.__new__(EagerRunner)
+    runner._eager_max_bs = 8
+    runner.model_runner = types.SimpleNamespace(
+        server_args=server_args,
+        is_draft_worker=is_draft_worker,
+        spec_algorithm=SpeculativeAlgorithm.from_string(
+            fields["speculative_algorithm"]
+        ),
+        decode_num_tokens_per_req=lambda: fields["speculative_num_draft_tokens"],
+    )
+    runner._alloc_dummy_decode_buffers = lambda max_bs, *, num_tokens_per_req: (
+        "buffers",
+        max_bs,
+        num_tokens_per_req,
+    )
+    return runner
+
+
+def autotune_tokens_per_request(role: str, *, is_draft_worker: bool = False) -> int:
+    """Tokens per request upstream's EagerRunner._autotune_buffers sizes buffers for."""
     fields = published_prefill_or(role, decode_backend=False)
-    asked = []
     with census.published(**fields) as server_args:
-        runner = object.__new__(EagerRunner)
-        runner._eager_max_bs = 8
-        runner.model_runner = types.SimpleNamespace(
-            server_args=server_args,
-            is_draft_worker=is_draft_worker,
-            spec_algorithm=SpeculativeAlgorithm.from_string(
-                fields["speculative_algorithm"]
-            ),
-            decode_num_tokens_per_req=lambda: DRAFT_TOKENS,
-        )
-        # Upstream's allocator call is the boundary: record the shape asked for.
-        runner._alloc_dummy_decode_buffers = (
-            lambda max_bs, *, num_tokens_per_req: asked.append(num_tokens_per_req)
-        )
-        _, batch_size = runner._autotune_buffers()
-    assert batch_size == 8
-    return asked[0]
+        runner = eager_runner(server_args, fields, is_draft_worker=is_draft_worker)
+        (_, max_bs, tokens_per_request), batch_size = runner._autotune_buffers()
+    assert batch_size == max_bs == 8
+    return tokens_per_request
 
 
 def test_prefill_target_autotune_buffers_hold_one_token_per_request():
@@ -164,3 +220,100 @@ def test_report_counts_the_autotune_buffers_the_gate_shrinks():
     assert saved >= 64 * (draft - 1) * vocab * 4
     for role in ("decode", "null"):
         assert warm[role]["plugin"] == warm[role]["upstream"]
+
+
+# --- what each gate tells the operator ------------------------------------------
+
+
+def test_the_operator_reads_which_draft_graphs_were_not_captured(
+    capture_sentinel, caplog
+):
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        capture_draft_graphs("prefill")
+    assert our_log(caplog) == [
+        (
+            logging.INFO,
+            "[sglang-pd-lean] draft_graph gate: prefill target (EAGLE) cannot run "
+            "TARGET_VERIFY; skipped the draft decode and draft-extend graph captures",
+        )
+    ]
+
+
+def test_a_prefill_draft_worker_upstream_captures_nothing_for_says_why(
+    capture_sentinel, caplog
+):
+    """Without a decode graph backend upstream captures no draft graph: the gate
+    steps aside, leaving upstream's "run eager" runners, and the record and its INFO
+    line give the reason live prefill servers gave in ``/server_info``."""
+    (reason,) = live_prefill_reasons("draft_graph")
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        worker = capture_draft_graphs("prefill", decode_backend=False)
+    assert worker.cuda_graph_runner is None
+    assert worker.cuda_graph_runner_for_draft_extend is None
+    snapshot = record.snapshot()
+    assert snapshot["gates"]["draft_graph"] == "stepped aside"
+    assert snapshot["stepped_aside_because"]["draft_graph"] == reason
+    [(level, line)] = our_log(caplog)
+    assert level == logging.INFO and line.endswith(f"; stepped aside: {reason}")
+
+
+@pytest.mark.parametrize(
+    "args,kwargs", [((None,), {}), ((), {"stream": None})], ids=["positional", "kw"]
+)
+def test_a_draft_graph_call_upstream_refuses_fails_as_upstream_fails(
+    args, kwargs, capture_sentinel, unhooked, outcome
+):
+    """Upstream's capture takes no argument but the worker: a call with one more
+    fails with upstream's own error, never runs upstream without it."""
+    original = unhooked(draft_graph.GATE)
+    fields = published_prefill_or("prefill")
+    with census.published(**fields) as server_args:
+        worker = draft_worker(server_args)
+        expected = outcome(lambda: original(worker, *args, **kwargs))
+        hooked = outcome(
+            lambda: draft_graph.GATE.around(original, worker, *args, **kwargs)
+        )
+    assert expected[:2] == ("raised", "TypeError")
+    assert hooked == expected
+
+
+def test_the_operator_reads_that_the_autotune_buffers_hold_one_token_per_request(
+    unhooked, caplog
+):
+    original = unhooked(autotune.GATE)
+    fields = published_prefill_or("prefill", decode_backend=False)
+    with census.published(**fields) as server_args:
+        runner = eager_runner(server_args, fields)
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            result = autotune.GATE.around(original, runner)
+    assert result == (("buffers", 8, 1), 8)
+    assert our_log(caplog) == [
+        (
+            logging.INFO,
+            "[sglang-pd-lean] autotune gate: prefill target (EAGLE) cannot run "
+            "TARGET_VERIFY; autotune buffers sized for 1 token per request",
+        )
+    ]
+
+
+def test_a_prefill_target_with_one_draft_token_keeps_upstreams_autotune_buffers(
+    unhooked, caplog
+):
+    """One draft token per request: upstream already sizes the autotune buffers
+    for 1 token per request. Nothing to remove: the gate hands back upstream's own
+    buffers and batch size, and the record and its INFO line say why."""
+    original = unhooked(autotune.GATE)
+    fields = published_prefill_or("prefill", decode_backend=False, draft_tokens=1)
+    with census.published(**fields) as server_args:
+        runner = eager_runner(server_args, fields)
+        expected = original(runner)
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            result = autotune.GATE.around(original, runner)
+    assert expected == (("buffers", 8, 1), 8)
+    assert result == expected
+    reason = "upstream sizes 1 token per request here"
+    snapshot = record.snapshot()
+    assert snapshot["gates"]["autotune"] == "stepped aside"
+    assert snapshot["stepped_aside_because"]["autotune"] == reason
+    [(level, line)] = our_log(caplog)
+    assert level == logging.INFO and line.endswith(f"; stepped aside: {reason}")

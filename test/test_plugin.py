@@ -232,3 +232,146 @@ def test_register_without_sglang_says_sglang_is_not_installed(
     assert len(warnings) == 1 and "SGLang is not installed" in warnings[0]
     assert "None" not in warnings[0]
     assert dict(fresh_plugin._hooks) == {}
+
+
+# --- what register() leaves in SGLang's registry and says ----------------------
+
+
+def test_before_register_decides_doctor_shows_the_installed_sglangs_decision(
+    version, fresh_plugin
+):
+    decision = plugin.decision()
+    assert decision.version == version and decision.refusal is None
+
+
+def test_after_register_doctor_shows_the_decision_it_acted_on(
+    version, fresh_plugin, monkeypatch
+):
+    """The process refused (an unsupported release): doctor's view is that refusal,
+    not what compat would decide now."""
+    installed = compat.sglang_version
+    monkeypatch.setattr(compat, "sglang_version", lambda: "0.6.0")
+    assert plugin.register() is False
+    monkeypatch.setattr(compat, "sglang_version", installed)
+    assert plugin.decision().version == "0.6.0"
+    assert compat.decide().version == version
+
+
+def test_the_kill_switch_registers_nothing_and_says_so_at_info(
+    fresh_plugin, monkeypatch, caplog
+):
+    monkeypatch.setenv("SGLANG_PD_LEAN", "0")
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        assert plugin.register() is False
+    ours = [r for r in caplog.records if r.name.startswith("sglang_pd_lean")]
+    assert [r.levelno for r in ours] == [logging.INFO]
+    assert "SGLANG_PD_LEAN=0" in ours[0].getMessage()
+    assert dict(fresh_plugin._hooks) == {}
+
+
+def test_each_hook_is_registered_with_its_own_function_and_timing(
+    version, fresh_plugin
+):
+    """SGLang's registry holds each needed gate's AROUND hook, then the record's
+    reporting hooks: the scheduler announce before ``__init__``, the record added
+    after ``get_internal_state``, the sizing read before the budget function."""
+    from sglang.srt.plugins.hook_registry import HookType
+
+    from sglang_pd_lean.gates import all_gates
+
+    assert plugin.register() is True
+    expected: dict[str, list] = {}
+    for gate in all_gates():
+        if gate.name in expected_gates(version):
+            expected.setdefault(GATE_TARGETS[gate.name], []).append(
+                (HookType.AROUND, gate.around)
+            )
+    for target, fn, timing in [
+        (f"{record.SCHEDULER}.__init__", record.announce, HookType.BEFORE),
+        (
+            f"{record.SCHEDULER}.get_internal_state",
+            record.add_to_internal_state,
+            HookType.AFTER,
+        ),
+        (GATE_TARGETS["budget"], record.sizing_received, HookType.BEFORE),
+    ]:
+        expected.setdefault(target, []).append((timing, fn))
+    held = {
+        target: [(entry[0], entry[1]) for entry in hooks]
+        for target, hooks in fresh_plugin._hooks.items()
+    }
+    assert held == expected
+
+
+def test_the_registration_summary_names_every_gate_with_its_state(
+    version, fresh_plugin, caplog
+):
+    """Logged at INFO once by register(): each gate and its state, from the release
+    oracle (replayssm: every supported SGLang refuses its flag on a prefill server)."""
+    native = compat.GateState.NATIVE.value
+    states = [
+        f"{gate} gate "
+        + ("applied by the plugin" if gate in expected_gates(version) else native)
+        for gate in GATE_TARGETS
+    ]
+    states.append("replayssm gate not applicable")
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        assert plugin.register() is True
+    lines = [
+        r
+        for r in caplog.records
+        if r.name == "sglang_pd_lean.plugin"
+        and r.getMessage().startswith("[sglang-pd-lean] SGLang")
+    ]
+    assert [r.levelno for r in lines] == [logging.INFO]
+    assert lines[0].getMessage() == (
+        f"[sglang-pd-lean] SGLang {version}: " + ", ".join(states)
+    )
+
+
+def test_the_gates_off_warning_lists_each_gate_with_why_and_points_to_doctor(
+    version, fresh_plugin, monkeypatch, caplog
+):
+    """The pool gate's target gone: the pool gate, and the budget gate where this
+    release still needs it, each with why, then what the operator can do."""
+    from sglang_pd_lean.gates import all_gates
+
+    gone = "sglang.srt.mem_cache.kv_cache_configurator.Gone"
+    pool = {g.name: g for g in all_gates()}["pool"]
+    monkeypatch.setattr(type(pool), "targets", (gone,))
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        plugin.register()
+    warnings = [w for w in our_warnings(caplog) if "gate(s) off" in w]
+    assert len(warnings) == 1
+    head = f"[sglang-pd-lean] SGLang {version}: gate(s) off: "
+    tail = ". The other gates apply; `sglang-pd-lean doctor` says more."
+    assert warnings[0].startswith(head) and warnings[0].endswith(tail)
+    entries = warnings[0][len(head) : -len(tail)].split("; ")
+    assert entries[0].startswith(f"pool (no hook target resolves: {gone} (")
+    budget = ["budget (needs the pool gate, which is not applied)"]
+    assert entries[1:] == (budget if "budget" in expected_gates(version) else [])
+
+
+def test_every_reporting_target_sglang_lacks_is_named_and_the_rest_registered(
+    version, fresh_plugin, monkeypatch, caplog
+):
+    """``Scheduler.get_internal_state`` and the budget function gone: one WARNING
+    names both, in order; the scheduler announce is registered all the same."""
+    import pkgutil
+
+    gone = [f"{record.SCHEDULER}.get_internal_state", GATE_TARGETS["budget"]]
+    for target in gone:
+        owner, attr = target.rsplit(".", 1)
+        for cls in pkgutil.resolve_name(owner).__mro__:
+            if attr in vars(cls):
+                monkeypatch.delattr(cls, attr)
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        plugin.register()
+    warnings = [w for w in our_warnings(caplog) if "record incomplete" in w]
+    assert len(warnings) == 1
+    head = f"[sglang-pd-lean] /server_info record incomplete: SGLang {version} lacks "
+    tail = "; the gates apply all the same"
+    assert warnings[0].startswith(head) and warnings[0].endswith(tail)
+    named = warnings[0][len(head) : -len(tail)].split("; ")
+    assert [entry.split(" ", 1)[0] for entry in named] == gone
+    assert f"{record.SCHEDULER}.__init__" in fresh_plugin._hooks

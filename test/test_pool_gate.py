@@ -28,6 +28,8 @@ from sglang_pd_lean.role import upstream_behaviour
 VERIFY_STATE = {"intermediate_ssm", "intermediate_conv_window"}
 MODEL = "qwen3-next-80b-a3b"
 MODELS = ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "nemotron-h-8b"]
+POOL_LOGGER = "sglang.srt.mem_cache.memory_pool"
+MAMBA_LINE = "Mamba Cache is allocated"  # SGLang's allocation line, every release
 CELLS = list(
     itertools.product(["prefill", "decode", "null"], [True, False], [False, True])
 )
@@ -181,8 +183,8 @@ def test_pool_gate_records_and_logs_the_verify_bytes_of_the_config_formula(
     assert recorded["not_allocated_bytes"] == verify
     assert recorded["gates"]["pool"] == "acted"
     assert len(lines) == 1
-    for component, nbytes in verify.items():
-        assert f"{binary(nbytes)} of {component}" in lines[0]
+    figures = ", ".join(f"{binary(n)} of {c}" for c, n in verify.items())
+    assert f"SpeculativeState: {figures} not allocated" in lines[0]
     assert "verify state not allocated" not in lines[0]  # the unmeasured wording
 
 
@@ -213,3 +215,77 @@ def test_verify_only_keeps_the_components_that_hold_bytes():
         "replayssm rings": 0,
     }
     assert accounting.verify_only(sizes) == {"verify conv windows": 7}
+
+
+def test_sglangs_mamba_cache_line_is_logged_once_for_the_pool_kept(
+    configurator, unhooked, no_pool_kernel_warmup, caplog
+):
+    """Operators read SGLang's "Mamba Cache is allocated" line as the pool this rank
+    holds: the gate's measuring build (SGLang's pool logger muted) adds none, so
+    the hook logs it once, as upstream's own single build does."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def lines_logged(build) -> int:
+        caplog.clear()
+        _, conf = configurator("prefill")
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            with caplog.at_level(logging.INFO, logger=POOL_LOGGER):
+                build(conf, max_num_reqs=8, extra_max_context_len=4)
+        return sum(MAMBA_LINE in r.getMessage() for r in caplog.records)
+
+    original = unhooked(pool.GATE)
+    assert lines_logged(original) == 1
+    assert lines_logged(lambda *a, **k: pool.GATE.around(original, *a, **k)) == 1
+
+
+def test_pool_gate_steps_aside_where_upstream_builds_no_verify_state(
+    configurator, unhooked, no_pool_kernel_warmup, caplog
+):
+    """From 0.5.18 upstream builds a prefill target's pool lean itself: the gate's
+    hook has nothing to remove, returns upstream's own pool and says why."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if not upstream_has("pool"):
+        pytest.skip("upstream builds verify state for a prefill target here")
+    original = unhooked(pool.GATE)
+    kwargs = dict(max_num_reqs=8, extra_max_context_len=4)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        _, conf = configurator("prefill")
+        expected = census.component_bytes(original(conf, **kwargs))
+        _, conf = configurator("prefill")
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            built = pool.GATE.around(original, conf, **kwargs)
+    assert census.component_bytes(built) == expected
+    assert not has_verify_state(built)
+    snapshot = record.snapshot()
+    assert snapshot["gates"]["pool"] == record.Outcome.STEPPED_ASIDE
+    assert snapshot["stepped_aside_because"]["pool"] == (
+        "upstream allocates no verify state for this pool"
+    )
+
+
+def test_pool_gate_applies_where_sglang_keeps_verify_state_out_of_transfer():
+    """Every supported release keeps the verify snapshots out of what it hands the
+    decode server (``test_transfer_layout``): the pool gate applies on each, whether
+    the release lists them (0.5.17+) or skips them by name (0.5.16)."""
+    assert pool.transferred_removed_fields() == []
+    assert pool.GATE.applicable() is None
+
+
+def test_pool_gate_names_the_verify_state_a_release_would_transfer(monkeypatch):
+    """A release that hands the verify snapshots to the decode server: ``doctor``
+    and the start-up WARNING name each field the gate would have removed."""
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+
+    fields = getattr(MambaPool, "_NON_TRANSFER_STATE_FIELDS", None)
+    if fields is None:
+        pytest.skip("this release names no _NON_TRANSFER_STATE_FIELDS")
+    monkeypatch.setattr(
+        MambaPool,
+        "_NON_TRANSFER_STATE_FIELDS",
+        type(fields)(set(fields) - VERIFY_STATE),
+    )
+    assert pool.GATE.applicable() == (
+        "SGLang transfers intermediate_ssm, intermediate_conv_window to the decode "
+        "server; removing it would change the transfer layout"
+    )

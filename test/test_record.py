@@ -1,14 +1,17 @@
 """The per-rank record behind ``/server_info``: "acted" is never turned back, a
 snapshot is the caller's own copy, and ``reset()`` forgets everything. Checked on
-the record itself and through the gates that write it."""
+the record itself, through the gates that write it, and through its reporting hooks
+as SGLang applies them. Also ``accounting``, which counts the bytes the record and
+the report give: against the tensors SGLang's own pool constructors allocate."""
 
 from __future__ import annotations
 
+import logging
 import types
 
 from helpers import server_fields
 
-from sglang_pd_lean import census, record
+from sglang_pd_lean import accounting, census, plugin, record
 from sglang_pd_lean.gates import warmup
 from sglang_pd_lean.record import Outcome
 
@@ -111,7 +114,8 @@ def test_reset_forgets_everything_the_rank_recorded(caplog):
         "budget": {},
     }
     caplog.clear()
-    record.announce()  # nothing registered since the reset: nothing to announce
+    with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean"):
+        record.announce()  # nothing registered since the reset: nothing to announce
     assert caplog.records == []
 
 
@@ -127,3 +131,152 @@ def test_the_targets_sizing_budget_is_kept_and_a_drafts_is_not():
     assert record.snapshot()["total_rest_memory_gib"] == 7.25
     record.sizing_received(object())  # no budget given: nothing, never raises
     assert record.snapshot()["total_rest_memory_gib"] == 7.25
+
+
+def test_a_gate_changes_the_record_once_per_rank_for_the_same_news():
+    """The gates log a line only when the record changes (one INFO line per gate
+    and rank): acting again, or stepping aside again for the same reason, is none."""
+    assert record.acted("warmup") is True
+    assert record.acted("warmup") is False
+    reason = "upstream captures no decode graph here"
+    assert record.stepped_aside("graph", reason) is True
+    assert record.stepped_aside("graph", reason) is False
+    assert record.stepped_aside("graph", "another reason") is True
+
+
+def test_a_configurator_that_does_not_say_it_is_a_draft_is_sized_as_the_target(
+    configurator,
+):
+    """Upstream's own unit tests build configurators without ``is_draft_worker``:
+    such a sizing is the target's, and its budget is kept."""
+    _, conf = configurator("decode")
+    del conf.is_draft_worker
+    record.sizing_received(conf, 12.5)
+    assert record.snapshot()["total_rest_memory_gib"] == 12.5
+
+
+# --- the reporting hooks, as SGLang applies them --------------------------------
+
+
+def applied(registry, target: str, stand_in):
+    """``stand_in`` wrapped in every hook registered on ``target``, the way
+    SGLang's ``HookRegistry`` wraps the real function (its own ``_wrap_fn``)."""
+    from sglang.srt.plugins.hook_registry import _wrap_fn
+
+    wrapped = stand_in
+    for hook_type, hook, _source in registry._hooks[target]:
+        wrapped = _wrap_fn(wrapped, hook, hook_type)
+    return wrapped
+
+
+def test_a_starting_scheduler_logs_the_registration_summary_once(fresh_plugin, caplog):
+    assert plugin.register() is True
+    init = applied(fresh_plugin, f"{record.SCHEDULER}.__init__", lambda self: None)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        init(object())
+        init(object())
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("[sglang-pd-lean] SGLang")
+    ]
+    assert len(lines) == 1 and "pool gate" in lines[0]
+
+
+def test_a_schedulers_server_info_answer_carries_the_record(fresh_plugin):
+    import sglang
+    from sglang.srt.managers.io_struct import GetInternalStateReqOutput
+
+    assert plugin.register() is True
+    get_internal_state = applied(
+        fresh_plugin,
+        f"{record.SCHEDULER}.get_internal_state",
+        lambda self, req: GetInternalStateReqOutput(internal_state={"x": 1}),
+    )
+    answer = get_internal_state(object(), object())
+    assert answer.internal_state["x"] == 1
+    assert answer.internal_state["pd_lean"]["sglang_version"] == sglang.__version__
+
+
+def test_the_budget_the_targets_sizing_receives_is_kept(fresh_plugin, configurator):
+    """Whatever else SGLang hooks on the sizing (the budget gate on 0.5.16 to
+    0.5.21), the budget SGLang passes the target's sizing is recorded."""
+    from sglang_pd_lean import seams
+
+    assert plugin.register() is True
+    _, conf = configurator("decode")
+    sizing = applied(
+        fresh_plugin,
+        seams.HOOK_TARGETS["budget"][0],
+        lambda self, total_rest_memory: "sized",
+    )
+    assert sizing(conf, 12.5) == "sized"
+    assert record.snapshot()["total_rest_memory_gib"] == 12.5
+
+
+# --- accounting: bytes per component of a request pool SGLang built -------------
+
+
+def request_pool(role: str, **launch):
+    """SGLang's request pool for a Qwen3-Next EAGLE target (TP 2, 8 requests), built
+    by upstream's own constructors under FakeTensorMode, ``launch`` fields set."""
+    inputs = census.Inputs(
+        model="qwen3-next-80b-a3b", tp=2, max_running_requests=8, context_length=512
+    )
+    mc, _ = census.prepare(inputs)
+    fields = {**server_fields(inputs, role), **launch}
+    with census.parallel(tp=2), census.published(**fields) as server_args:
+        conf = census.configurator(
+            mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+        )
+        return census.build_request_pool(conf, inputs.max_running_requests)
+
+
+def nbytes(*tensors) -> int:
+    return sum(t.nbytes for t in tensors)
+
+
+def test_every_tensor_of_a_replayssm_pool_is_counted_once():
+    """A unified server with the ReplaySSM decode ring (--enable-linear-replayssm):
+    its pool holds the verify state (the conv windows seen through a view of their
+    physical buffer), three ring buffers, and the ring's write cursor on the mamba
+    pool outside its state. Each counts, once, as SGLang allocated it."""
+    pool = request_pool("null", enable_linear_replayssm=True)
+    mamba = pool.mamba_pool
+    cache = mamba.mamba_cache
+    sizes = accounting.component_bytes(pool)
+    assert sizes["req_to_token map"] == nbytes(pool.req_to_token)
+    assert sizes["conv state"] == nbytes(*cache.conv)
+    assert sizes["ssm state"] == nbytes(cache.temporal)
+    assert sizes["verify ssm snapshots"] == nbytes(cache.intermediate_ssm)
+    assert sizes["verify conv windows"] == nbytes(*mamba._intermediate_conv_window_phys)
+    rings = (cache.replayssm_d, cache.replayssm_k, cache.replayssm_g)
+    assert sizes["replayssm rings"] == nbytes(*rings)
+    everything = nbytes(
+        pool.req_to_token,
+        pool.req_generation,
+        pool.req_index_to_mamba_index_mapping,
+        *cache.conv,
+        cache.temporal,
+        cache.intermediate_ssm,
+        *mamba._intermediate_conv_window_phys,
+        *rings,
+        mamba.replayssm_write_pos,
+    )
+    assert sum(sizes.values()) == everything
+
+
+def test_a_request_pool_without_mamba_state_counts_its_req_to_token_map():
+    """A plain ``ReqToTokenPool`` (a model without linear attention): no state."""
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        pool = ReqToTokenPool(
+            size=8, max_context_len=64, device="cuda", enable_memory_saver=False
+        )
+    sizes = accounting.component_bytes(pool)
+    assert sizes["req_to_token map"] == nbytes(pool.req_to_token)
+    named = set(accounting.COMPONENT_ORDER) - {"req_to_token map"}
+    assert named & set(sizes) == set()

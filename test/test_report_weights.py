@@ -139,6 +139,41 @@ def test_a_failed_build_falls_back_to_the_index_and_says_why(
     assert "did not build (RuntimeError: no class for this host)" in err
 
 
+def dp_attention_spellings() -> list[list[str]]:
+    """The launch flags of attention DP 2 the installed SGLang takes: the
+    ``--enable-dp-attention`` spelling on every release, and ``--attn-dp-size``
+    where SGLang has that field (0.5.22+, where the first is deprecated)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    spellings = [["--dp", "2", "--enable-dp-attention"]]
+    if "--attn-dp-size" in parser._option_string_actions:
+        spellings.append(["--attn-dp-size", "2"])
+    return spellings
+
+
+def test_attention_dp_reaches_sglangs_groups(checkpoint, built):
+    """Attention DP 2 at TP 2: SGLang's groups for rank 0 have attention TP 1, so
+    the attention weights are whole on the rank and the rest is still halved: more
+    than TP 2 without it, less than TP 1. Built by SGLang's class, never the index
+    (on 0.5.22 and 0.5.23 the deprecated flag resolves to ``attn_dp_size``, which the
+    build's width check once missed)."""
+    for flags in dp_attention_spellings():
+        memory = run_launch(
+            Launch(
+                argv=["--model-path", checkpoint, "--tp", "2", *flags],
+                gpu=GPUS["b200"],
+            )
+        )["memory"]["null"]
+        source = memory["weights_source"]
+        assert "for rank 0 of TP 2, EP 1: Qwen3NextForCausalLM" in source, flags
+        target = memory["weights_bytes"]
+        assert built[2]["weights_bytes"] < target < built[1]["weights_bytes"], flags
+
+
 def test_expert_parallelism_reaches_sglangs_groups(capsys):
     """``--ep 4`` at TP 4: SGLang's own MoE group the model is built in has 4 ranks
     (each holds a quarter of the experts, whole, instead of a quarter of each)."""

@@ -28,7 +28,9 @@ def test_each_figure_reads_in_the_largest_unit_that_keeps_it_at_least_one(
     assert human_bytes(nbytes) == shown
 
 
-@pytest.mark.parametrize("value", [None, "many", float("nan"), float("inf")])
+@pytest.mark.parametrize(
+    "value", [None, "many", float("nan"), float("inf"), float("-inf"), "-inf", 10**400]
+)
 def test_a_figure_that_is_not_a_number_reads_as_a_question_mark(value):
     assert human_bytes(value) == "?"
 

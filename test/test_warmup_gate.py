@@ -12,6 +12,7 @@ upstream; ``test_gates.py`` drives the gate's own hook on every release.
 
 from __future__ import annotations
 
+import logging
 import types
 
 import pytest
@@ -123,3 +124,39 @@ def test_prefill_target_spec_algorithm_is_restored_after_warmup():
         with pytest.raises(BatchBuilt):
             runner._dummy_run(BATCH, buffers=buffers(BATCH, BATCH * DRAFT_TOKENS))
     assert runner.model_runner.spec_algorithm == SpeculativeAlgorithm.EAGLE
+
+
+def test_the_operator_reads_once_that_the_warmup_ran_in_decode(caplog):
+    """A rank warms up its target more than once (FlashInfer autotune, DeepGEMM):
+    each call hands back what upstream's warmup returned, and one INFO line per
+    rank says what the gate changed."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_pd_lean.gates import warmup
+
+    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    fields = server_fields(inputs, "prefill")
+
+    def upstream(runner, *args, **kwargs):
+        return ("warmed up", runner.model_runner.spec_algorithm)
+
+    with census.published(**fields) as server_args:
+        runner = types.SimpleNamespace(
+            model_runner=stand_in_model_runner(
+                server_args, fields, is_draft_worker=False
+            )
+        )
+        with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+            results = [warmup.GATE.around(upstream, runner, BATCH) for _ in range(2)]
+    assert results == [("warmed up", SpeculativeAlgorithm.NONE)] * 2
+    assert [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name.startswith("sglang_pd_lean")
+    ] == [
+        (
+            logging.INFO,
+            "[sglang-pd-lean] warmup gate: prefill target (EAGLE) cannot run "
+            "TARGET_VERIFY; warmup forward runs in DECODE with 1 token per request",
+        )
+    ]

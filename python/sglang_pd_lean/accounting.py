@@ -60,9 +60,8 @@ def pool_tensors(pool: Any) -> dict[str, Any]:
         add(name, value)
     mamba_pool = getattr(pool, "mamba_pool", None)
     if mamba_pool is not None:
-        for name, value in vars(mamba_pool).items():
-            if name != "mamba_cache":
-                add(f"mamba_pool.{name}", value)
+        for name, value in vars(mamba_pool).items():  # mamba_cache: not a tensor
+            add(f"mamba_pool.{name}", value)
         cache = mamba_pool.mamba_cache
         for f in dataclasses.fields(cache):
             add(f.name, getattr(cache, f.name))

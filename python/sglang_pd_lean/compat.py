@@ -104,7 +104,7 @@ def native_reason(gate: Gate) -> str | None:
     found = [marker for marker in gate.native_markers if marker in used]
     if not found:
         return None
-    return f"upstream {target.rsplit('.', 1)[-1]}() checks {found[0]}"
+    return f"upstream {target.rpartition('.')[2]}() checks {found[0]}"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ number. Nothing from SGLang is imported at this module's import.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import types
@@ -79,6 +78,18 @@ def resolved_value(server_args: Any, name: str) -> Any:
     return getattr(server_args, name, None)
 
 
+def resolved_attention_dp(server_args: Any) -> int:
+    """The attention-DP width SGLang resolved for the launch: its own
+    ``attn_dp_size`` field from 0.5.22 (``--enable-dp-attention`` is deprecated
+    there, and resolution leaves the flag false); up to 0.5.21 the DP width where
+    ``enable_dp_attention`` is on, else 1."""
+    if "attn_dp_size" in field_names(server_args):
+        return resolved_value(server_args, "attn_dp_size") or 1
+    if resolved_value(server_args, "enable_dp_attention"):
+        return resolved_value(server_args, "dp_size") or 1
+    return 1
+
+
 def field_names(server_args: Any) -> list[str]:
     """ServerArgs' field names: a dataclass up to 0.5.20, SGLang's own record
     fields from 0.5.21."""
@@ -116,8 +127,10 @@ def accepts(function: Any, *names: str) -> bool:
 def publish_rank0(server_args: Any) -> None:
     """Publish the launch as SGLang's scheduler does for rank 0 (0.5.21+:
     ``publish(ranks=SpawnRanks)``; 0.5.17 to 0.5.20: ``publish``; 0.5.16: the model
-    runner's slot in the context), then SGLang's MoE config (its signature grew an
-    argument)."""
+    runner's slot in the context), then SGLang's MoE config (0.5.19+ read it from the
+    published launch, older releases from their argument). Every supported release
+    has both; ``seams`` lists them for the weights build, which does not start
+    without them."""
     module = runtime_context()
     if hasattr(module, "SpawnRanks"):
         module.publish(
@@ -127,13 +140,12 @@ def publish_rank0(server_args: Any) -> None:
         module.publish(server_args, role="scheduler")
     else:
         module.get_context().set_server_args(server_args)
-    with contextlib.suppress(ImportError):
-        from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.layers.moe import initialize_moe_config
 
-        if not inspect.signature(initialize_moe_config).parameters:
-            initialize_moe_config()
-        else:
-            initialize_moe_config(server_args)
+    if not inspect.signature(initialize_moe_config).parameters:
+        initialize_moe_config()
+    else:
+        initialize_moe_config(server_args)
 
 
 def attention_dp_size() -> int:
@@ -174,14 +186,12 @@ def has_draft_model(algorithm: Any) -> bool:
 
 
 def layer_info(start: int, end: int) -> Any:
-    """SGLang's ModelLayerInfo for a [start, end) stage (a namespace where the
-    installed SGLang has none)."""
-    try:
-        from sglang.srt.model_executor.model_runner_components.layer_setup import (
-            ModelLayerInfo,
-        )
-    except ImportError:
-        return types.SimpleNamespace(start_layer=start, end_layer=end)
+    """SGLang's ModelLayerInfo for a [start, end) stage (every supported release
+    has it; ``seams`` lists it for the report, which refuses to start without it)."""
+    from sglang.srt.model_executor.model_runner_components.layer_setup import (
+        ModelLayerInfo,
+    )
+
     return ModelLayerInfo(
         start_layer=start, end_layer=end, num_effective_layers=end - start
     )

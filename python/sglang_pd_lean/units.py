@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import math
+
 GIB = 1 << 30
 _UNITS = (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
@@ -19,7 +21,7 @@ def human_bytes(value: object) -> str:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         return "?"
-    if number != number or number in (float("inf"), float("-inf")):
+    if not math.isfinite(number):
         return "?"
     for unit, size in _UNITS:
         if abs(number) >= size:

@@ -54,6 +54,7 @@ from sglang_pd_lean.shims import (
     init_dp_attention,
     publish_rank0,
     published_spec,
+    resolved_attention_dp,
     resolved_value,
 )
 
@@ -210,18 +211,16 @@ def _built_widths() -> dict[str, int]:
 
 
 def _resolved_widths(server_args) -> dict[str, int]:
-    """The widths SGLang resolved for the launch: TP, EP, and attention DP (the DP
-    width where DP attention is on, else 1)."""
+    """The widths SGLang resolved for the launch: TP, EP, and attention DP."""
 
     def value(name: str, default: int = 1) -> int:
         got = resolved_value(server_args, name)
         return default if got is None else got
 
-    dp_attention = bool(resolved_value(server_args, "enable_dp_attention"))
     return {
         "TP": value("tp_size"),
         "EP": value("ep_size"),
-        "attention DP": value("dp_size") if dp_attention else 1,
+        "attention DP": resolved_attention_dp(server_args),
     }
 
 

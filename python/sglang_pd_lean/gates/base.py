@@ -28,7 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from sglang_pd_lean import record
 from sglang_pd_lean.hook import Hook, When
-from sglang_pd_lean.role import Worker, judge_owner
+from sglang_pd_lean.role import judge_owner
 from sglang_pd_lean.seams import resolve_first
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ class Call:
     args: tuple
     kwargs: dict
     owner: Any  # the object judged: model runner, configurator, draft worker
-    worker: Worker
 
     def upstream(self) -> Any:
         """Upstream's own call, unchanged."""
@@ -142,7 +141,7 @@ class Gate:
         worker = judge_owner(
             owner, is_draft_worker=False if self.judge_as_target else None
         )
-        call = Call(original, args, kwargs, owner, worker)
+        call = Call(original, args, kwargs, owner)
         if worker.can_run_target_verify:
             record.stepped_aside(
                 self.name, f"{worker.describe()} can run TARGET_VERIFY"
@@ -222,8 +221,8 @@ def no_draft_tokens(server_args: Any) -> ReadThrough:
     )
 
 
-def without_speculation(owner: Any, **values: Any):
-    """``owner.spec_algorithm`` is NONE for the block (plus any other ``values``)."""
+def without_speculation(owner: Any):
+    """``owner.spec_algorithm`` is NONE for the block."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    return temporarily(owner, spec_algorithm=SpeculativeAlgorithm.NONE, **values)
+    return temporarily(owner, spec_algorithm=SpeculativeAlgorithm.NONE)

@@ -39,7 +39,9 @@ class GraphGate(Gate):
     native_markers = ("disaggregation_mode",)
 
     def owner_of(self, args: tuple, kwargs: dict) -> Any:
-        return kwargs.get("model_runner", args[0] if args else None)
+        # Upstream takes the model runner by keyword only (0.5.16 to 0.5.23): a
+        # positional call has no owner, and upstream's own call refuses it.
+        return kwargs.get("model_runner")
 
     def act(self, call: Call) -> Acted | SteppedAside:
         probe = ReadThrough(call.owner, gpu_id=Tripwire())

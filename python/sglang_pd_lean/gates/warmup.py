@@ -29,7 +29,9 @@ class WarmupGate(Gate):
     native_markers = ("disaggregation_mode", "_is_pd_prefill_target")
 
     def owner_of(self, args: tuple, kwargs: dict) -> Any:
-        return getattr(args[0], "model_runner", None) if args else None
+        # No runner, or one without a model runner: ``around`` finds no owner and
+        # keeps upstream's call.
+        return args[0].model_runner
 
     def act(self, call: Call) -> Acted:
         with without_speculation(call.owner):

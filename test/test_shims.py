@@ -1,0 +1,283 @@
+"""The SGLang API shims (sglang_pd_lean.shims), called in-process on the installed
+release, against what that release's own code answers.
+
+The weights-build shims (``publish_rank0``, ``init_dp_attention``,
+``attention_dp_size``, ``published_spec``) run in the report's forked build child
+(``census.weights``); here they run in the test process on the launch SGLang
+resolved, and what they change in SGLang (the published launch, the MoE and
+attention-DP flags, the parallel layout, torch's process groups) is put back after
+each test (``sglang_state``)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import types
+
+import pytest
+from helpers import NEXTN, sglang_minor, tiny_model_folder
+
+from sglang_pd_lean import shims
+from sglang_pd_lean.census import launch, weights
+
+# The launch the weights-build tests resolve: rank 0 of TP 2 with DP attention over
+# 2 attention-DP ranks, a NEXTN draft, and a MoE runner other than SGLang's default.
+TP, DP = 2, 2
+ARGV = [
+    *("--tp", str(TP), "--dp", str(DP), "--enable-dp-attention"),
+    *("--moe-runner-backend", "triton"),
+    *NEXTN,
+]
+
+
+@pytest.fixture(scope="module")
+def server_args(tmp_path_factory):
+    """SGLang's own resolution of ``ARGV`` for the e2e tests' tiny Qwen3-Next on an
+    H200, as the report resolves a launch before it forks the weights build."""
+    folder = tiny_model_folder(tmp_path_factory.mktemp("shims") / "tiny")
+    argv = ["--model-path", folder, *ARGV]
+    return launch.resolve(argv, launch.gpu_facts("h200")).server_args
+
+
+_UNSET = object()
+
+
+def _restore_vars(target, saved: dict) -> None:
+    """``target``'s attributes as ``saved`` holds them (added ones removed)."""
+    for name in set(vars(target)) - set(saved):
+        delattr(target, name)
+    for name, value in saved.items():
+        if vars(target).get(name, _UNSET) is not value:
+            setattr(target, name, value)
+
+
+@pytest.fixture
+def sglang_state():
+    """SGLang's process-wide state as it was before the test: the runtime context
+    (published launch, role, flags, parallel layout), the attention-DP and
+    parallel-state module globals, and torch's default process group."""
+    import torch.distributed as dist
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention
+
+    context = rc.get_context()
+    slots = {n: getattr(context, n, _UNSET) for n in type(context).__slots__}
+    slots.pop("parallel")
+    # The test writes into a copy of the flags; the session's own come back.
+    context.flags = copy.deepcopy(context.flags)
+    parallel = context.parallel
+    layout = {
+        n: copy.copy(getattr(parallel, n, _UNSET)) for n in type(parallel).__slots__
+    }
+    wrapper = dp_attention._DpGatheredBufferWrapper
+    saved = {m: dict(vars(m)) for m in (ps, dp_attention, wrapper)}
+    try:
+        yield
+    finally:
+        ps.destroy_model_parallel()
+        ps.destroy_distributed_environment()  # torch's default group too
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for target, values in saved.items():
+            _restore_vars(target, values)
+        for name, value in slots.items():
+            if value is not _UNSET:
+                setattr(context, name, value)
+        for name, value in layout.items():
+            if value is not _UNSET:
+                object.__setattr__(parallel, name, value)
+
+
+@pytest.fixture
+def rank0_groups(server_args, sglang_state, monkeypatch):
+    """The launch published for rank 0 and SGLang's process groups for rank 0 of
+    its TP world over torch's fake process group, as the weights build sets them
+    up (``census.weights``) before it sets up attention DP."""
+    import torch.distributed as dist
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    for name, value in weights.CHILD_ENV.items():
+        monkeypatch.setenv(name, value)
+    shims.publish_rank0(server_args)
+    world = server_args.tp_size * server_args.pp_size
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    new_group = dist.new_group
+    monkeypatch.setattr(
+        dist, "new_group", lambda *a, **k: new_group(*a, **dict(k, backend="fake"))
+    )
+    ps.set_custom_all_reduce(False)
+    ps.init_distributed_environment(
+        world_size=world, rank=0, local_rank=0, backend="fake"
+    )
+    widths = {}
+    if (
+        "tensor_model_parallel_size"
+        in inspect.signature(ps.initialize_model_parallel).parameters
+    ):  # up to 0.5.20 the widths are passed, later they are published
+        widths = weights._width_kwargs(server_args, ps, dp_attention)
+    ps.initialize_model_parallel(backend="fake", **widths)
+    return server_args
+
+
+# ------------------------------------------------------------------ the weights build
+
+
+def test_the_weights_build_publishes_the_launch_as_rank_0s_scheduler(
+    server_args, sglang_state
+):
+    from sglang.srt import runtime_context as rc
+
+    shims.publish_rank0(server_args)
+    # What every SGLang reader of the launch gets from now on: this launch.
+    assert rc.get_server_args() is server_args
+    if sglang_minor() >= 17:  # 0.5.17+ record the publishing process's role
+        assert rc.publish_role() == "scheduler"
+    if sglang_minor() >= 21:  # 0.5.21+ derive the ranks from the launcher's placement
+        parallel = rc.get_parallel()
+        assert (parallel.tp_rank, parallel.pp_rank, parallel.attn_dp_rank) == (0, 0, 0)
+
+
+def test_the_launchs_moe_runner_is_the_one_sglangs_moe_layers_read(
+    server_args, sglang_state
+):
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend, get_moe_runner_backend
+
+    shims.publish_rank0(server_args)
+    # --moe-runner-backend triton, where SGLang's own MoE layers look it up.
+    assert get_moe_runner_backend() == MoeRunnerBackend.TRITON
+
+
+def test_rank_0s_attention_dp_has_the_launchs_width(rank0_groups):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.layers import dp_attention
+    from sglang.srt.runtime_context import get_parallel
+
+    model_config = ModelConfig.from_server_args(rank0_groups)
+    shims.init_dp_attention(rank0_groups, model_config)
+    # SGLang's rule: with DP attention on, the attention-DP width is --dp; rank 0
+    # is attention-DP rank 0.
+    assert dp_attention.is_dp_attention_enabled()
+    assert get_parallel().attn_dp_rank == 0
+    assert get_parallel().attn_dp_size == DP
+    assert shims.attention_dp_size() == DP
+
+
+def test_a_nextn_draft_is_built_as_the_eagle_draft_sglang_resolved(
+    server_args, sglang_state
+):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    # NEXTN is SGLang's name for an EAGLE draft from the model's own MTP layers.
+    assert shims.resolved_value(server_args, "speculative_algorithm") == "EAGLE"
+    shims.publish_rank0(server_args)
+    spec = shims.published_spec()
+    # 0.5.16 publishes no config namespace: its field already holds EAGLE.
+    assert (spec is None) == (sglang_minor() == 16)
+    source = server_args if spec is None else spec
+    assert source.speculative_algorithm == "EAGLE"
+    algorithm = SpeculativeAlgorithm.from_string(source.speculative_algorithm)
+    assert algorithm is SpeculativeAlgorithm.EAGLE
+
+
+@pytest.mark.parametrize(
+    "name, drafts",
+    [
+        (None, False),  # no speculative decoding
+        ("NGRAM", False),  # drafts from a lookup of earlier tokens, no model
+        ("EAGLE", True),
+        ("EAGLE3", True),
+        ("STANDALONE", True),  # a separate small model
+    ],
+)
+def test_only_an_algorithm_with_a_draft_model_gets_a_draft_built(name, drafts):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    assert shims.has_draft_model(SpeculativeAlgorithm.from_string(name)) is drafts
+
+
+def test_a_signature_is_read_from_the_installed_function():
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention
+
+    init = dp_attention.initialize_dp_attention
+    assert shims.accepts(init)
+    assert shims.accepts(init, "server_args")
+    assert not shims.accepts(init, "server_args", "no_such_parameter")
+    # Upstream's sources: 0.5.21 moved the model config to init_dp_gathered_buffer
+    # and the group widths of initialize_model_parallel to the published launch.
+    grew = sglang_minor() <= 20
+    assert shims.accepts(init, "server_args", "model_config") is grew
+    widths = ("tensor_model_parallel_size", "expert_model_parallel_size")
+    assert shims.accepts(ps.initialize_model_parallel, *widths) is grew
+
+
+# ------------------------------------------------------------------ the rest
+
+
+def test_the_launch_flags_name_fields_of_sglangs_server_args(server_args):
+    # The fields SGLang's own launch_server parser set for ARGV (their dest names).
+    given = {"tp_size", "dp_size", "enable_dp_attention", "moe_runner_backend"}
+    given |= {"speculative_algorithm", "speculative_num_steps", "model_path"}
+    names = shims.field_names(server_args)
+    assert given <= set(names)
+    assert all(hasattr(server_args, name) for name in names)
+
+
+def test_a_namespace_sglang_does_not_publish_reads_the_server_args_field():
+    server_args = types.SimpleNamespace(speculative_algorithm="EAGLE")
+    value = shims.setting("get_no_such_namespace", "speculative_algorithm", server_args)
+    assert value == "EAGLE"
+
+
+def test_the_npu_probe_is_sglangs_own(monkeypatch):
+    import sglang.srt.utils as utils
+
+    assert shims.is_npu() is bool(utils.is_npu())  # this host's answer
+    monkeypatch.setattr(utils, "is_npu", lambda: True)  # an NPU host
+    assert shims.is_npu() is True
+
+
+def test_the_platform_table_is_sglangs_probes_and_values():
+    from sglang.srt import runtime_context as rc
+
+    table = shims.platform_table()
+    if sglang_minor() < 19:  # upstream's platform table arrived in 0.5.19
+        assert table is None
+        return
+    facts = {**rc._PLATFORM_PROBES, **rc._PLATFORM_VALUES}
+    assert table == facts
+    # One yes/no fact and one value fact, by name, as upstream's sources have them.
+    assert table["is_npu"] == "is_npu"
+    assert table["device_capability"] == "get_device_capability"
+
+
+@pytest.mark.parametrize("start, end", [(0, 48), (12, 24)])
+def test_a_pipeline_stage_counts_its_own_layers(start, end):
+    info = shims.layer_info(start, end)
+    assert (info.start_layer, info.end_layer) == (start, end)
+    # SGLang's resolve_layer_indices: end_layer - start_layer effective layers.
+    assert info.num_effective_layers == end - start
+
+
+@pytest.mark.parametrize(
+    "flags, width",
+    [
+        ((), 1),
+        (("--dp", str(DP)), 1),  # plain DP: each replica's attention is whole
+        (("--dp", str(DP), "--enable-dp-attention"), DP),
+    ],
+)
+def test_the_attention_dp_width_is_the_one_the_launch_asked_for(
+    tmp_path_factory, flags, width
+):
+    """The weights build checks SGLang's groups against the attention-DP width the
+    launch resolved: the DP width with ``--enable-dp-attention`` (from 0.5.22 SGLang
+    resolves that deprecated flag to its own ``attn_dp_size`` and leaves the flag
+    false), else 1."""
+    folder = tiny_model_folder(tmp_path_factory.mktemp("attn-dp") / "tiny")
+    argv = ["--model-path", folder, "--tp", str(TP), *flags]
+    resolved = launch.resolve(argv, launch.gpu_facts("h200")).server_args
+    assert shims.resolved_attention_dp(resolved) == width
