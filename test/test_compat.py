@@ -156,6 +156,27 @@ def test_missing_hook_module_still_reads_as_missing(tmp_path, monkeypatch):
     assert len(missing) == 1 and "gone" in missing[0]
 
 
+def test_a_module_that_fails_to_import_is_named_with_its_error(tmp_path, monkeypatch):
+    """A hook module whose import raises (a kernel library that needs CUDA, say):
+    doctor's missing entry names the module, the error's type and its text."""
+    package = tmp_path / "fakeupstream3"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "kernels.py").write_text("raise RuntimeError('no CUDA device')\n")
+    importable_from(tmp_path, monkeypatch, "fakeupstream3", "fakeupstream3.kernels")
+    assert missing_targets(["fakeupstream3.kernels.capture"]) == [
+        "fakeupstream3.kernels.capture (ImportError: importing "
+        "fakeupstream3.kernels failed: RuntimeError: no CUDA device)"
+    ]
+
+
+def test_a_target_in_no_installed_package_names_the_package():
+    assert missing_targets(["no_such_package_anywhere.mod.Cls.method"]) == [
+        "no_such_package_anywhere.mod.Cls.method "
+        "(ImportError: no module named 'no_such_package_anywhere')"
+    ]
+
+
 # --- native upstream is read from the code, not from its text ------------------
 
 UPSTREAM_LIKE = '''

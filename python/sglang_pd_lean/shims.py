@@ -84,9 +84,9 @@ def resolved_attention_dp(server_args: Any) -> int:
     there, and resolution leaves the flag false); up to 0.5.21 the DP width where
     ``enable_dp_attention`` is on, else 1."""
     if "attn_dp_size" in field_names(server_args):
-        return resolved_value(server_args, "attn_dp_size") or 1
+        return resolved_value(server_args, "attn_dp_size")
     if resolved_value(server_args, "enable_dp_attention"):
-        return resolved_value(server_args, "dp_size") or 1
+        return resolved_value(server_args, "dp_size")
     return 1
 
 
