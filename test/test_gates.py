@@ -252,3 +252,22 @@ def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
             "graph here"
         )
     )
+
+
+def test_a_gate_whose_candidates_are_all_gone_names_each_and_the_last_error():
+    """doctor's line for a gate none of whose candidate targets this SGLang has:
+    every candidate, as tried, and why the last one did not resolve."""
+    gate = type(
+        "GoneGate",
+        (Gate,),
+        {
+            "name": "gone",
+            "summary": "nothing",
+            "targets": ("no_such_pkg_one.Runner.capture", "no_such_pkg_two.capture"),
+            "act": lambda self, call: None,
+        },
+    )()
+    assert gate.missing_target() == (
+        "no_such_pkg_one.Runner.capture | no_such_pkg_two.capture "
+        "(ImportError: no module named 'no_such_pkg_two')"
+    )

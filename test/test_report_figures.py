@@ -578,3 +578,17 @@ def test_each_choice_is_sized_with_the_weights_the_launch_charges():
         plugin.kv_tokens,
         plugin.mamba_slots,
     )
+
+
+@pytest.mark.skipif(sglang_minor() < 22, reason="the budget gate acts before 0.5.22")
+def test_a_native_prefill_target_names_the_release_that_leaves_nothing_to_free():
+    import sglang
+
+    result = typed_report(
+        "--model", "qwen3-next-80b-a3b", "--available-gib", "24", "--", *ADVICE_FLAGS
+    )
+    assert result["advice"] == []
+    assert result["nothing_to_spend"]["prefill"] == (
+        f"SGLang {sglang.__version__} already builds and sizes this prefill target "
+        f"without the verify state (upstream and plugin columns agree): nothing freed"
+    )
