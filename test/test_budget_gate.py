@@ -150,18 +150,18 @@ def test_budget_hook_on_a_configurator_without_is_draft_worker_sizes_as_upstream
     assert outcome(lambda: budget.GATE.around(original, conf, 40.0)) == expected
 
 
+def prefill_target(configurator, **inputs):
+    """SGLang's configurator of a TP 4 prefill target at 256 requests, sizing on."""
+    _, conf = configurator(
+        "prefill", tp=4, requests=256, context_length=None, sizing=True, **inputs
+    )
+    return conf
+
+
 def budget_line(configurator, unhooked, caplog, **inputs) -> tuple[float, str, dict]:
     """The budget gate's hook on a prefill target given 100 GiB: (KV GiB it returned,
     its INFO line, the record's budget)."""
-    _, conf = configurator(
-        "prefill",
-        tp=4,
-        requests=256,
-        context_length=None,
-        sizing=True,
-        available_gib=AVAILABLE_GIB,
-        **inputs,
-    )
+    conf = prefill_target(configurator, available_gib=AVAILABLE_GIB, **inputs)
     with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
         rest = budget.GATE.around(unhooked(budget.GATE), conf, AVAILABLE_GIB)
     lines = [r.getMessage() for r in caplog.records if "budget gate" in r.getMessage()]
@@ -230,15 +230,7 @@ def hooked_sizing(configurator, unhooked, caplog, branch: str, **kwargs) -> tupl
     or by name with ``by_name=True``): (its INFO line, the record's budget, the
     budget it returned, SGLang's own KV tokens for that budget)."""
     by_name = kwargs.pop("by_name", False)
-    _, conf = configurator(
-        "prefill",
-        tp=4,
-        requests=256,
-        context_length=None,
-        sizing=True,
-        **BRANCHES[branch],
-        **kwargs,
-    )
+    conf = prefill_target(configurator, **BRANCHES[branch], **kwargs)
     given = {"total_rest_memory": AVAILABLE_GIB} if by_name else {}
     args = () if by_name else (AVAILABLE_GIB,)
     with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
@@ -259,14 +251,7 @@ def test_budget_line_gives_upstreams_own_sizing_beside_the_plugins(
     ``config_from_budget`` makes of the budget the hook returned."""
     if upstream_has("budget") or not SIZES_UPSTREAM_IN_A_SNAPSHOT:
         pytest.skip("upstream's sizing is given only on 0.5.17 (config snapshots)")
-    _, conf = configurator(
-        "prefill",
-        tp=4,
-        requests=256,
-        context_length=None,
-        sizing=True,
-        **BRANCHES[branch],
-    )
+    conf = prefill_target(configurator, **BRANCHES[branch])
     upstream = sglang_sizing(conf, conf.server_args, AVAILABLE_GIB)
     line, sized, rest, tokens = hooked_sizing(configurator, unhooked, caplog, branch)
     assert sized["upstream"] == upstream
