@@ -378,6 +378,8 @@ def test_a_gate_requiring_several_gates_names_every_one_not_applied(monkeypatch)
     """The autotune gate (needed on every supported release) made to require the
     pool gate (its target gone) and the replayssm gate (not applicable): unsafe,
     naming both."""
+    if upstream_has("autotune"):
+        pytest.skip("upstream shrinks the autotune buffers itself: no gate to judge")
     by_name = {g.name: g for g in all_gates()}
     monkeypatch.setattr(
         type(by_name["pool"]),
@@ -395,6 +397,8 @@ def test_a_gate_requiring_several_gates_names_every_one_not_applied(monkeypatch)
 def test_a_gate_the_plugin_applies_has_nothing_to_explain():
     """doctor's detail column is empty beside every gate the plugin applies."""
     needed = [p for p in compat.plan() if p.state == compat.GateState.NEEDED]
+    if not needed and all(upstream_has(gate) for gate in NATIVE_FROM):
+        pytest.skip("every gate is native upstream here: the plugin applies none")
     assert needed and {p.detail for p in needed} == {""}
 
 
