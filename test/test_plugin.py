@@ -130,6 +130,17 @@ def our_warnings(caplog) -> list[str]:
     ]
 
 
+def registered_warning_list(caplog, head: str, tail: str) -> list[str]:
+    """``plugin.register()``'s one WARNING that starts with ``head`` and ends with
+    ``tail``: the "; "-separated entries between them."""
+    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
+        plugin.register()
+    warnings = [w for w in our_warnings(caplog) if w.startswith(head)]
+    assert len(warnings) == 1
+    assert warnings[0].endswith(tail)
+    return warnings[0][len(head) : -len(tail)].split("; ")
+
+
 def test_unsupported_release_warns_once_and_registers_nothing(
     fresh_plugin, monkeypatch, caplog
 ):
@@ -339,14 +350,11 @@ def test_the_gates_off_warning_lists_each_gate_with_why_and_points_to_doctor(
     gone = "sglang.srt.mem_cache.kv_cache_configurator.Gone"
     pool = {g.name: g for g in all_gates()}["pool"]
     monkeypatch.setattr(type(pool), "targets", (gone,))
-    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-        plugin.register()
-    warnings = [w for w in our_warnings(caplog) if "gate(s) off" in w]
-    assert len(warnings) == 1
-    head = f"[sglang-pd-lean] SGLang {version}: gate(s) off: "
-    tail = ". The other gates apply; `sglang-pd-lean doctor` says more."
-    assert warnings[0].startswith(head) and warnings[0].endswith(tail)
-    entries = warnings[0][len(head) : -len(tail)].split("; ")
+    entries = registered_warning_list(
+        caplog,
+        f"[sglang-pd-lean] SGLang {version}: gate(s) off: ",
+        ". The other gates apply; `sglang-pd-lean doctor` says more.",
+    )
     assert entries[0].startswith(f"pool (no hook target resolves: {gone} (")
     budget = ["budget (needs the pool gate, which is not applied)"]
     assert entries[1:] == (budget if "budget" in expected_gates(version) else [])
@@ -365,13 +373,10 @@ def test_every_reporting_target_sglang_lacks_is_named_and_the_rest_registered(
         for cls in pkgutil.resolve_name(owner).__mro__:
             if attr in vars(cls):
                 monkeypatch.delattr(cls, attr)
-    with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-        plugin.register()
-    warnings = [w for w in our_warnings(caplog) if "record incomplete" in w]
-    assert len(warnings) == 1
-    head = f"[sglang-pd-lean] /server_info record incomplete: SGLang {version} lacks "
-    tail = "; the gates apply all the same"
-    assert warnings[0].startswith(head) and warnings[0].endswith(tail)
-    named = warnings[0][len(head) : -len(tail)].split("; ")
+    named = registered_warning_list(
+        caplog,
+        f"[sglang-pd-lean] /server_info record incomplete: SGLang {version} lacks ",
+        "; the gates apply all the same",
+    )
     assert [entry.split(" ", 1)[0] for entry in named] == gone
     assert f"{record.SCHEDULER}.__init__" in fresh_plugin._hooks
