@@ -399,3 +399,31 @@ def test_list_models_lists_the_bundled_configs(capsys):
         "kimi-linear-48b-a3b",
         "nemotron-h-8b",
     } <= set(listed)
+
+
+def test_the_command_freezes_the_collector_before_exit_and_main_does_not(
+    monkeypatch, capsys
+):
+    """The console command (and ``python -m``) leaves SGLang's objects out of the
+    interpreter's teardown collections; a caller of ``main`` keeps its collector."""
+    import gc
+    import importlib.metadata
+
+    from sglang_pd_lean.cli import commands
+
+    (script,) = [
+        e
+        for e in importlib.metadata.entry_points(group="console_scripts")
+        if e.name == "sglang-pd-lean"
+    ]
+    assert script.load() is commands.run
+    gc.unfreeze()
+    try:
+        assert cli.main(["report", "--list-models"]) == 0
+        assert gc.get_freeze_count() == 0
+        monkeypatch.setattr("sys.argv", ["sglang-pd-lean", "report", "--list-models"])
+        assert commands.run() == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert "qwen3-next-80b-a3b" in capsys.readouterr().out.split()

@@ -2,6 +2,6 @@
 
 import sys
 
-from sglang_pd_lean.cli import main
+from sglang_pd_lean.cli.commands import run
 
-sys.exit(main())
+sys.exit(run())

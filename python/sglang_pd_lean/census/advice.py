@@ -82,17 +82,13 @@ class _Road:
     seen: dict = dataclasses.field(default_factory=dict)
 
     def capacity(self, flags: tuple[str, ...]) -> Capacity:
-        from sglang_pd_lean.census.server import run_launch
+        from sglang_pd_lean.census.server import prefill_capacity
 
         if flags not in self.seen:
             again = dataclasses.replace(
                 self.launch, argv=[*self.argv, *flags], model=None, config=None
             )
-            result = run_launch(again, only=("prefill",))
-            self.seen[flags] = Capacity.of(
-                result["capacity"]["prefill"].plugin,
-                result["memory"]["prefill"]["available_gib"],
-            )
+            self.seen[flags] = prefill_capacity(again)
         return self.seen[flags]
 
     def mamba_ratio(self) -> int:

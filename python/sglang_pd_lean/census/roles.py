@@ -20,7 +20,7 @@ from sglang_pd_lean.census.pools import (
     published,
     summarize,
 )
-from sglang_pd_lean.census.results import Change, PoolSummary, RoleSizing
+from sglang_pd_lean.census.results import Change, PoolSummary, RoleSizing, Sizing
 from sglang_pd_lean.census.sizing import size_budget
 
 
@@ -45,22 +45,14 @@ def census_role(
     With ``available_gib`` the pool is built with the slot and request counts
     SGLang's sizing settled on (what the server allocates), else with the plan's."""
     pools, sizing = {}, {}
-    build = functools.partial(
-        configurator,
-        mc,
-        is_draft_worker=False,
-        layers=layers,
-        page_size=plan.page_size,
-        spec_aux=plan.spec_aux,
-    )
+    build = _builder(mc, layers, plan)
     for column in ("upstream", "plugin"):
         with column_behaviour(column):
             with published(**plan.fields) as server_args:
                 conf = build(server_args)
                 slots, requests = _counts(conf, plan)
                 if plan.available_gib:
-                    with sglang_rejects("SGLang cannot size this model's pools"):
-                        sized = size_budget(conf, plan.available_gib, server_args)
+                    sized = _sized(conf, plan, server_args)
                     sizing[column] = sized
                     if sized.fits:
                         slots = sized.mamba_slots
@@ -83,6 +75,31 @@ def census_role(
         return pools, None
     upstream, plugin = sizing["upstream"], sizing["plugin"]
     return pools, RoleSizing(upstream, plugin, Change.between(upstream, plugin))
+
+
+def plugin_sizing(mc, layers: tuple[int, int], plan: RolePlan) -> Sizing:
+    """The plugin column's sizing alone, as ``census_role`` sizes it (the plan
+    names the memory): all an advice step reads, without the pools it would build
+    or the upstream column."""
+    with column_behaviour("plugin"), published(**plan.fields) as server_args:
+        return _sized(_builder(mc, layers, plan)(server_args), plan, server_args)
+
+
+def _builder(mc, layers: tuple[int, int], plan: RolePlan):
+    """The role's configurator, for the server args published at the call."""
+    return functools.partial(
+        configurator,
+        mc,
+        is_draft_worker=False,
+        layers=layers,
+        page_size=plan.page_size,
+        spec_aux=plan.spec_aux,
+    )
+
+
+def _sized(conf, plan: RolePlan, server_args) -> Sizing:
+    with sglang_rejects("SGLang cannot size this model's pools"):
+        return size_budget(conf, plan.available_gib, server_args)
 
 
 def _counts(conf, plan: RolePlan) -> tuple[int, int]:

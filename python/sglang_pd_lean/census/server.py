@@ -55,8 +55,13 @@ from sglang_pd_lean.census.model import (
     stage_layers,
 )
 from sglang_pd_lean.census.pools import parallel, published
-from sglang_pd_lean.census.results import Sizing
-from sglang_pd_lean.census.roles import RolePlan, census_role, require_state
+from sglang_pd_lean.census.results import Capacity, Sizing
+from sglang_pd_lean.census.roles import (
+    RolePlan,
+    census_role,
+    plugin_sizing,
+    require_state,
+)
 from sglang_pd_lean.census.warmup import warmup_rows
 from sglang_pd_lean.census.weights import BUILD_ENV, Build, build_weights
 from sglang_pd_lean.shims import setting
@@ -294,16 +299,7 @@ def memory_of(launch: Launch, fields: dict, weights: Weights | None) -> dict | N
 
 def _role_census(model: RankModel, fields: dict, memory: dict | None) -> tuple:
     """One role's (pools, sizing or None), with SGLang's draft-model description."""
-    with published(**fields) as server_args:
-        aux = spec_aux(server_args, model.config)
-    plan = RolePlan(
-        fields=fields,
-        slots=fields["max_mamba_cache_size"],
-        requests=fields["max_running_requests"] or 256,
-        available_gib=max(memory["available_gib"], 1e-9) if memory else None,
-        page_size=fields["page_size"] or 1,
-        spec_aux=aux,
-    )
+    plan = _plan(model, fields, memory)
     pools, sizing = census_role(model.config, model.layers, plan)
     if sizing is not None:
         sizing = dataclasses.replace(
@@ -312,8 +308,39 @@ def _role_census(model: RankModel, fields: dict, memory: dict | None) -> tuple:
             plugin=_named(sizing.plugin, fields),
         )
     if memory is not None:
-        memory["draft_layers_in_kv_sizing"] = aux.eagle_draft_num_layers or 0
+        memory["draft_layers_in_kv_sizing"] = plan.spec_aux.eagle_draft_num_layers or 0
     return pools, sizing
+
+
+def _plan(model: RankModel, fields: dict, memory: dict | None) -> RolePlan:
+    """How one role's columns are built and sized, for its resolved ``fields``."""
+    with published(**fields) as server_args:
+        aux = spec_aux(server_args, model.config)
+    return RolePlan(
+        fields=fields,
+        slots=fields["max_mamba_cache_size"],
+        requests=fields["max_running_requests"] or 256,
+        available_gib=max(memory["available_gib"], 1e-9) if memory else None,
+        page_size=fields["page_size"] or 1,
+        spec_aux=aux,
+    )
+
+
+def prefill_capacity(launch: Launch) -> Capacity:
+    """What SGLang's sizing gives the prefill server of ``launch`` with the plugin,
+    and the memory it received: the same road as ``run_launch`` (resolution, the
+    model on one rank, memory, sizing), stopped where an advice step has its answer
+    (no pools, no upstream column, no warm-up rows). ``launch`` names the memory or
+    carries its weights."""
+    argv, folder, _ = launch_argv(launch)
+    done = resolve(role_argv(argv, "prefill"), launch.gpu)
+    fields = resolved_fields(done.server_args)
+    data = read_config_dict(Inputs(config=folder))
+    with exported(done.environ), parallel(tp=fields["tp_size"]):
+        model = rank_model(fields, data)
+        memory = memory_of(launch, fields, launch.weights)
+        sized = plugin_sizing(model.config, model.layers, _plan(model, fields, memory))
+    return Capacity.of(sized, memory["available_gib"])
 
 
 def _named(sized: Sizing, fields: dict) -> Sizing:

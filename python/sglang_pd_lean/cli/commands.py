@@ -9,6 +9,7 @@ SIGINT, SIGTERM and SIGHUP end the command with one line and exit code 128 + sig
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import signal
@@ -133,6 +134,19 @@ def _report(args, result: dict) -> int:
         draw_png(result, args.png)
         print(f"chart written to {os.path.abspath(args.png)}", file=sys.stderr)
     return 0
+
+
+def run() -> int:
+    """The ``sglang-pd-lean`` command (``main`` on ``sys.argv``), ending quickly.
+
+    At exit the interpreter tears down the ~5,000 modules SGLang imports, and each
+    garbage collection on the way walks every object they made: 1.8 s of a report
+    on two cores. Frozen (``gc.freeze``), those objects are left out of the walks;
+    atexit handlers, buffered output and every reference-counted finalizer still
+    run. Only the command does this: a caller of ``main`` keeps its collector."""
+    code = main()
+    gc.freeze()
+    return code
 
 
 def _stop(signum: int, frame) -> None:
