@@ -281,3 +281,175 @@ def test_the_attention_dp_width_is_the_one_the_launch_asked_for(
     argv = ["--model-path", folder, "--tp", str(TP), *flags]
     resolved = launch.resolve(argv, launch.gpu_facts("h200")).server_args
     assert shims.resolved_attention_dp(resolved) == width
+
+
+# ------------------------------------------------------------------ the build, in-process
+# ``census.weights.build`` is what the report's forked child runs; here it runs in the
+# test process (``sglang_state`` puts SGLang back), so that each of its steps is
+# checked where a test can see it, against the same model built by transformers.
+
+
+@pytest.fixture
+def built_in_process(sglang_state, monkeypatch):
+    """``weights.build`` on a resolved launch, in this process: the child's
+    environment set, and what the build changes beyond SGLang (logging switched
+    off, the stand-in kernel module) put back."""
+    import logging
+    import sys
+
+    for name, value in weights.CHILD_ENV.items():
+        monkeypatch.setenv(name, value)
+    stand_ins = {n: sys.modules.get(n) for n in ("vllm", "vllm._custom_ops")}
+    try:
+        yield weights.build
+    finally:
+        logging.disable(logging.NOTSET)
+        for name, module in stand_ins.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def transformers_tiny():
+    """The e2e tests' tiny Qwen3-Next built by transformers on the meta device:
+    an implementation of the model that is not SGLang's."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "e2e"))
+    try:
+        from tiny_model import CONFIG
+    finally:
+        sys.path.pop(0)
+    from transformers.models.qwen3_next import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    config = Qwen3NextConfig(
+        **{k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")}
+    )
+    with torch.device("meta"):
+        return config, Qwen3NextForCausalLM(config)
+
+
+def numel(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.fixture(scope="module")
+def tp1_nextn(tmp_path_factory):
+    folder = tiny_model_folder(tmp_path_factory.mktemp("tp1") / "tiny")
+    argv = ["--model-path", folder, *NEXTN]
+    return launch.resolve(argv, launch.gpu_facts("h200")).server_args
+
+
+def test_rank_0_holds_the_models_parameters_in_sglangs_dtypes(
+    tp1_nextn, built_in_process
+):
+    """TP 1 with NEXTN: the target is every parameter transformers' class has, in
+    bfloat16 except each GDN layer's ``A_log`` (SGLang keeps it in float32); the
+    draft is SGLang's MTP module: embedding, LM head, one full-attention MoE
+    decoder layer (the model's layer 3), the ``fc`` over [embedding, hidden] and
+    its three norms."""
+    config, model = transformers_tiny()
+    answer = built_in_process(tp1_nextn)
+    assert answer.error is None
+    linear = [layer for layer in model.model.layers if hasattr(layer, "linear_attn")]
+    a_log = sum(layer.linear_attn.A_log.numel() for layer in linear)
+    assert answer.target_bytes == 2 * numel(model) + (4 - 2) * a_log
+    h = config.hidden_size
+    draft = (
+        numel(model.model.embed_tokens)
+        + numel(model.lm_head)
+        + numel(model.model.layers[3])
+        + 2 * h * h
+        + 3 * h
+    )
+    assert answer.draft_bytes == 2 * draft
+    assert (answer.target_class, answer.draft_class) == (
+        "Qwen3NextForCausalLM",
+        "Qwen3NextForCausalLMMTP",
+    )
+    assert (answer.tp, answer.ep) == (1, 1)
+
+
+def test_rank_0_of_tp_2_with_attention_dp_shards_all_but_attention(
+    server_args, tp1_nextn, built_in_process, sglang_state
+):
+    """TP 2 with attention DP 2 (``ARGV``): the groups have the launch's widths, the
+    MoE and embedding shards halve, the attention stays whole on the rank."""
+    whole = built_in_process(tp1_nextn)
+    _restart(sglang_state)
+    answer = built_in_process(server_args)
+    assert answer.error is None, answer.error
+    assert (answer.tp, answer.ep) == (TP, 1)
+    assert whole.target_bytes / 2 < answer.target_bytes < whole.target_bytes
+    assert whole.draft_bytes / 2 < answer.draft_bytes < whole.draft_bytes
+
+
+def _restart(state) -> None:
+    """SGLang's process groups torn down between two builds in one test."""
+    import torch.distributed as dist
+    from sglang.srt.distributed import parallel_state as ps
+
+    ps.destroy_model_parallel()
+    ps.destroy_distributed_environment()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_groups_of_another_ep_width_than_the_launchs_are_refused(
+    rank0_groups, monkeypatch
+):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import parallel_state as ps
+
+    shims.init_dp_attention(rank0_groups, ModelConfig.from_server_args(rank0_groups))
+    assert weights.check_widths(rank0_groups) == {"TP": TP, "EP": 1, "attention DP": DP}
+    monkeypatch.setattr(ps, "get_moe_expert_parallel_world_size", lambda: 4)
+    monkeypatch.setattr(ps, "get_tensor_model_parallel_world_size", lambda: 8)
+    with pytest.raises(weights.WidthMismatch) as raised:
+        weights.check_widths(rank0_groups)
+    assert str(raised.value) == (
+        "SGLang's groups have TP 8 (the launch resolved 2), "
+        "EP 4 (the launch resolved 1)"
+    )
+
+
+def test_a_release_that_takes_widths_gets_the_launchs_and_no_other(
+    server_args, monkeypatch
+):
+    """Up to 0.5.20 ``initialize_model_parallel`` takes the widths: the launch's
+    TP, PP and attention-DP split (TP 2 over 2 attention-DP ranks: attention TP 1)
+    go in; a width it no longer takes is refused unless it is 1."""
+    from sglang.srt.distributed import parallel_state as ps
+    from sglang.srt.layers import dp_attention
+
+    if not shims.accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
+        pytest.skip("this SGLang reads the widths from the published launch")
+    got = weights._width_kwargs(server_args, ps, dp_attention)
+    assert got["tensor_model_parallel_size"] == TP
+    assert got["pipeline_model_parallel_size"] == 1
+    assert got["expert_model_parallel_size"] == 1
+    if "attention_data_parallel_size" in got:
+        assert got["attention_data_parallel_size"] == DP
+
+    def narrowed(tensor_model_parallel_size=1, backend=None):
+        raise AssertionError("not called")
+
+    bare = types.SimpleNamespace(initialize_model_parallel=narrowed)
+    with pytest.raises(weights.WidthMismatch) as raised:
+        weights._width_kwargs(server_args, bare, dp_attention)
+    assert "takes no attention_data_parallel_size=2" in str(raised.value)
+    assert "pipeline_model_parallel_size" not in str(raised.value)  # width 1
+
+
+def test_a_loader_seam_sglang_lacks_is_the_builds_answer(monkeypatch):
+    from sglang.srt.model_loader import loader
+
+    assert weights._lacking() is None
+    monkeypatch.delattr(loader, "_initialize_model")
+    answer = weights._lacking()
+    assert "sglang.srt.model_loader.loader._initialize_model" in answer.error
+    assert answer.error.endswith("`sglang-pd-lean doctor` lists what is missing")
+    assert answer.target_bytes == 0
