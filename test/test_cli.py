@@ -388,6 +388,9 @@ def test_help_shows_the_defaults(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "speculative server of 256 requests and 4 draft tokens" in text
     assert "--available-gib" in text and "(default: h200)" in text
+    # A switch (off unless given) and a flag with no default show none.
+    assert "--json print one JSON object --png FILE" in text
+    assert "(default: False)" not in text and "(default: None)" not in text
 
 
 def test_list_models_lists_the_bundled_configs(capsys):

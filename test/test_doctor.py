@@ -210,6 +210,23 @@ def test_a_release_row_reads_each_gates_state_and_the_report():
     assert release_row(report) == "| 0.5.99 | native | missing | no | _gone |"
 
 
+def test_a_release_row_keeps_a_state_it_has_no_short_word_for_and_every_seam():
+    from sglang_pd_lean.cli.doctor import release_row
+
+    report = {
+        "sglang_version": "0.5.99",
+        "gates": [{"name": "pool", "state": "a state from a later doctor"}],
+        "report_can_run": True,
+        "missing_seams": [
+            {"seam": "sglang.srt.a.One._gone"},
+            {"seam": "sglang.srt.b.two"},
+        ],
+    }
+    assert release_row(report) == (
+        "| 0.5.99 | a state from a later doctor | yes | _gone, two |"
+    )
+
+
 def test_doctor_seams_lists_every_seam_found_or_missing(capsys, monkeypatch):
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
 

@@ -188,3 +188,37 @@ def test_every_census_flag_reaches_its_own_input(capsys):
     assert inputs["context_length"] == 4096
     assert inputs["available_gib"] == 33.5
     assert result["roles"]["prefill"]["upstream"]["mamba_slots"] == 77
+
+
+# ------------------------------------------------------------------ words of an error
+
+
+@pytest.mark.parametrize(
+    "config, hints",
+    [
+        ({"mamba_d_state": 16, "hidden_size": 8}, ["mamba_d_state"]),
+        # A multimodal model keeps its language model's fields in text_config.
+        ({"text_config": {"linear_num_value_heads": 4}}, ["linear_num_value_heads"]),
+        ({"text_config": "not a section", "ssm_state_size": 4}, ["ssm_state_size"]),
+        ({"layer_types": ["full_attention", "linear_attention"]}, ["layer_types"]),
+        ({"layer_types": ["attention", "mamba"]}, ["layer_types"]),
+        ({"layer_types": ["full_attention", "sliding_attention"]}, []),
+        ({"layer_types": "linear_attention"}, []),  # not a list of layers
+        ({"block_names": ["mamba_mixer"]}, []),  # only layer_types lists layers
+        ({"num_hidden_layers": 4, "sliding_window": 8}, []),
+    ],
+)
+def test_the_fields_that_describe_linear_layers_are_named(config, hints):
+    from sglang_pd_lean.census.inputs import linear_hints
+
+    assert linear_hints(config) == hints
+
+
+def test_an_error_is_one_line_of_at_most_its_limit():
+    from sglang_pd_lean.census.inputs import one_line
+
+    assert one_line(ValueError("a\n  b\tc ")) == "a b c"
+    assert one_line(ValueError("x" * 400)) == "x" * 400  # exactly the limit: whole
+    cut = one_line(ValueError("y" * 401))
+    assert cut == "y" * 397 + "..." and len(cut) == 400
+    assert one_line(ValueError("abcdefgh"), limit=6) == "abc..."

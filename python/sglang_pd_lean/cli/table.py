@@ -149,14 +149,11 @@ def _capacity_rows(capacity: dict) -> list[list[str]]:
 
 
 def _sizing_lines(result: dict) -> list[str]:
+    """How a sized census sized (its memory per role is in the rows above)."""
     inputs = result["inputs"]
-    source = (
-        "the available memory above, per role"
-        if "memory" in result
-        else f"{inputs['available_gib']!r} GiB per rank after weights"
-    )
     lines = [
-        f"Sizing: SGLang's own, from {source}; mamba slots {inputs['mamba_sizing']}."
+        "Sizing: SGLang's own, from the available memory above, per role; mamba "
+        f"slots {inputs['mamba_sizing']}."
     ]
     if inputs["mamba_sizing"].startswith("automatic"):
         lines.append(
