@@ -144,3 +144,224 @@ def test_notes_name_each_column_that_does_not_fit_and_each_capped_one(tight):
         f"plugin prefill target: {plugin.max_running_requests:,} of {asked:,} running "
         "requests (SGLang caps them by the mamba slots and KV tokens it sized)"
     ) in lines
+
+
+def ends(line: str) -> list[int]:
+    """Where each cell after the first ends (cells: 2+ spaces apart)."""
+    return [m.end() for m in re.finditer(r"(?<=  )\S+(?: \S+)*", line)]
+
+
+def block(out: str, first: str, last: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith(first))
+    stop = next(i for i, x in enumerate(lines) if i > start and x.startswith(last))
+    return lines[start : stop + 1]
+
+
+def test_the_head_names_release_model_layout_and_cache_strategy(main_job):
+    result, out = main_job
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"SGLang {result['sglang_version']}, model qwen3-next-80b-a3b: bytes per rank"
+    )
+    strategy = result["resolved"]["prefill"]["mamba_radix_cache_strategy"]
+    # Qwen3-Next: 48 layers on the one stage, a 262,144-token context.
+    assert lines[1] == (
+        "TP 4, PP 1 (layers 0-47), 4 draft tokens, ssm float32, context 262144, "
+        f"page size 1, mamba radix cache {strategy}"
+    )
+    assert lines[2] == ""
+
+
+def test_the_head_has_no_strategy_where_sglang_resolves_none():
+    from sglang_pd_lean.cli import table
+
+    inputs = {
+        "tp": 2,
+        "pp": 2,
+        "pp_stage_layers": [0, 24],
+        "speculative_num_draft_tokens": 0,
+        "mamba_ssm_dtype": "bfloat16",
+        "context_length": 4096,
+        "page_size": 64,
+        "mamba_radix_cache_strategy": None,
+    }
+    result = {"sglang_version": "0.5.16", "model": "m", "inputs": inputs}
+    assert table._head(result) == [
+        "SGLang 0.5.16, model m: bytes per rank",
+        "TP 2, PP 2 (layers 0-23), 0 draft tokens, ssm bfloat16, context 4096, "
+        "page size 64",
+        "",
+    ]
+
+
+def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
+    result, out = main_job
+    lines = block(out, "Launch flags:", "available (A)")
+    assert lines[0] == "Launch flags: " + " ".join(result["launch"]["argv"])
+    # nvidia-smi gives an H200 143,771 MiB: 140.40 GiB.
+    assert lines[1] == (
+        "Launch flags resolved by SGLang on NVIDIA H200 (140.40 GiB, SM 90); the "
+        "other roles: the same flags with --disaggregation-mode replaced."
+    )
+    assert row(out, "resolved by SGLang") == [
+        "prefill target",
+        "decode target",
+        "unified (null)",
+    ]
+    assert row(out, "server flags give") == [
+        "this server",
+        "other role",
+        "other role",
+    ]
+    resolved = result["resolved"]
+    shown = {
+        "page size": "page_size",
+        "attention backend": "attention_backend",
+        "radix cache off": "disable_radix_cache",
+        "max running requests": "max_running_requests",
+        "draft model path": "speculative_draft_model_path",
+    }
+    for label, key in shown.items():
+        values = [resolved[r][key] for r in ROLES]
+        assert row(out, label) == ["-" if v is None else str(v) for v in values]
+    fractions = [f"{resolved[r]['mem_fraction_static']:.4g}" for r in ROLES]
+    assert row(out, "mem fraction static") == fractions
+    assert row(out, "radix cache off") == ["False", "True", "False"]  # SGLang's PD
+    # Right-aligned under the role titles, every row.
+    table = lines[2:]
+    assert table[0].startswith("resolved by SGLang  ")
+    assert all(ends(x) == ends(table[0]) for x in table), "\n".join(table)
+    assert len({len(re.match(r"\S+(?: \S+)*", x).group()) for x in table}) > 1
+
+
+def test_the_memory_source_says_where_a_comes_from(main_job, tight):
+    result, out = main_job
+    memory = result["memory"]["prefill"]
+    assert (
+        f"Weights: {memory['weights_source']}. A = (T - C) * mem_fraction_static - "
+        f"weights, T the GPU's memory, C = {memory['cuda_context_gib']:g} GiB of CUDA "
+        "context and communicators (--available-gib gives A exactly)."
+    ) in out.splitlines()
+    _, out = tight
+    assert "Available memory A per rank: --available-gib, exactly." in out.splitlines()
+
+
+def test_an_unsized_census_says_its_pools_are_at_the_flags_counts():
+    result = typed_census("--model", "kimi-linear-48b-a3b", "--tp", "2")
+    out = cli.render_table(result)
+    assert (
+        "Not sized: no memory named, so each pool is built at the flags' own counts "
+        "(--gpu or --available-gib sizes them as the server would)."
+    ) in out.splitlines()
+    assert "capacity:" not in labels(out) and "Sizing:" not in out
+
+
+def test_a_gpu_named_without_facts_is_shown_by_name():
+    from sglang_pd_lean.cli import table
+
+    assert table._where({"name": "local", "sm": 0, "memory_mib": 0}) == "local"
+    gpu = {"name": "NVIDIA B200", "sm": 100, "memory_mib": 183359}
+    assert table._where(gpu) == "NVIDIA B200 (179.06 GiB, SM 100)"
+
+
+def test_pool_rows_give_each_columns_slots_bytes_totals_and_change(main_job):
+    result, out = main_job
+    roles = result["roles"]
+
+    def cells(value):
+        return [value(roles[r][c]) for r in ROLES for c in ("upstream", "plugin")]
+
+    grid = block(out, "component", "KV tokens")
+    head = out.splitlines()[out.splitlines().index(grid[0]) - 1]
+    assert re.split(r"\s{2,}", head.strip()) == [cli.ROLE_TITLES[r] for r in ROLES]
+    assert head.startswith(" " * 10)
+    assert row(out, "component") == ["upstream", "plugin"] * 3
+    assert row(out, "request slots") == cells(lambda c: f"{c.request_slots:,}")
+    assert row(out, "mamba slots") == cells(lambda c: f"{c.mamba_slots:,}")
+    assert row(out, "total") == cells(lambda c: human_bytes(c.total_bytes))
+    assert row(out, "verify-only") == cells(lambda c: human_bytes(c.verify_only_bytes))
+    assert row(out, "ssm state") == cells(
+        lambda c: human_bytes(c.components["ssm state"])
+    )
+    change = [
+        roles[r]["plugin"].total_bytes - roles[r]["upstream"].total_bytes for r in ROLES
+    ]
+    sign = ["+" if d > 0 else "-" if d < 0 else "" for d in change]
+    assert row(out, "change with plugin") == [
+        s + human_bytes(abs(d)) for s, d in zip(sign, change, strict=True)
+    ]
+    assert row(out, "warmup, transient:") == []
+    warm = result["warmup"]
+    assert row(out, "autotune buffers") == [
+        human_bytes(warm[r][c]["autotune_buffers_bytes"])
+        for r in ROLES
+        for c in ("upstream", "plugin")
+    ]
+    # Every figure right-aligned in its column; each role title ends where its
+    # plugin column does.
+    figures = [x for x in grid if len(ends(x)) == 6]
+    assert len(figures) > 10 and all(ends(x) == ends(grid[0]) for x in figures)
+    assert ends(head) == ends(grid[0])[1::2]
+
+
+def test_a_signed_size_reads_plus_minus_or_nothing():
+    from sglang_pd_lean.cli import table
+
+    assert table._signed(1) == "+1 B"
+    assert table._signed(3 << 20) == "+3.00 MiB"
+    assert table._signed(-(3 << 30)) == "-3.00 GiB"
+    assert table._signed(0) == "0 B"
+
+
+def test_a_resolved_cell_reads_none_as_a_dash_and_floats_to_4_figures():
+    from sglang_pd_lean.cli import table
+
+    assert [table._cell(v) for v in (None, 0, False, "fa3", 0.90412)] == [
+        "-",
+        "0",
+        "False",
+        "fa3",
+        "0.9041",
+    ]
+
+
+def test_parts_of_the_report_are_one_blank_line_apart(main_job):
+    _, out = main_job
+    lines = out.splitlines()
+    sizing = next(i for i, x in enumerate(lines) if x.startswith("Sizing:"))
+    advice = next(i for i, x in enumerate(lines) if x.startswith("How to spend"))
+    assert lines[sizing - 1] == "" and lines[sizing - 2].startswith("KV tokens")
+    assert lines[advice - 1] == "" and lines[advice - 2] != ""
+
+
+def starts(line: str) -> list[int]:
+    return [m.start() for m in re.finditer(r"(?<=  )\S+(?: \S+)*", line)]
+
+
+def test_each_column_is_as_wide_as_its_widest_cell(main_job):
+    """Columns two spaces apart, each as wide as its widest cell; in the pools'
+    grid a role title spans its two columns, and where it is the wider, the
+    plugin column widens to hold it."""
+    _, out = main_job
+    for lines, titled in (
+        (block(out, "resolved by SGLang", "available (A)"), False),
+        (block(out, "component", "KV tokens"), True),
+    ):
+        full = [x for x in lines if len(ends(x)) == len(ends(lines[0]))]
+        cells = [re.split(r"\s{2,}", x.strip()) for x in full]
+        widest = [max(len(c[k]) for c in cells) for k in range(len(cells[0]))]
+        edges = [widest[0], *ends(full[0])]
+        widths = [b - a - 2 for a, b in zip(edges, edges[1:], strict=False)]
+        if not titled:
+            assert widths == widest[1:]
+            continue
+        lines_all = out.splitlines()
+        head = lines_all[lines_all.index(lines[0]) - 1]
+        titles = re.split(r"\s{2,}", head.strip())
+        changes = row(out, "change with plugin")  # under the plugin columns only
+        for j, title in enumerate(titles):
+            up = widest[1 + 2 * j]
+            plugin = max(widest[2 + 2 * j], len(changes[j]))
+            assert widths[2 * j] == up, title
+            assert widths[2 * j + 1] == max(plugin, len(title) - up - 2), title
