@@ -176,6 +176,11 @@ def test_an_unsafe_gate_fails_doctor_and_takes_the_gates_requiring_it(
     assert sorted(report["unsafe_gates"]) == sorted(
         {"pool"} | {n for n in requiring if before[n] == compat.GateState.NEEDED}
     )
+    _, text = doctor(capsys)
+    for name in report["unsafe_gates"]:
+        assert (
+            f"not registered: {name} (unsafe on this SGLang, see its detail)"
+        ) in text.splitlines()
 
 
 def test_docs_releases_md_holds_this_releases_doctor_row():
@@ -242,3 +247,79 @@ def test_doctor_seams_lists_every_seam_found_or_missing(capsys, monkeypatch):
     assert len(lines) == len(seams.SEAMS)
     gone = [line for line in lines if line.startswith("MISSING")]
     assert len(gone) == 1 and "_calculate_mamba_ratio" in gone[0] and code == 1
+    # After the gates: the seam with its part, why the report needs it, and the
+    # error resolving it gave; then the verdict.
+    (seam,) = [s for s in seams.SEAMS if s.label.endswith("._calculate_mamba_ratio")]
+    said = [line for line in out.splitlines() if line.startswith("missing seam (")]
+    assert len(said) == 1
+    assert said[0].startswith(
+        f"missing seam ({seam.part.value}: {seam.why}): {seam.label}: "
+    )
+    assert "_calculate_mamba_ratio" in said[0].rsplit(": ", 1)[1]
+    assert out.splitlines()[-1] == (
+        "report: cannot run on this SGLang (see the missing seams above)"
+    )
+    report = json.loads(doctor(capsys, "--json")[1])
+    (missing,) = report["missing_seams"]
+    assert missing["why"] == seam.why and missing["error"]
+    assert {s["seam"] for s in report["seams"]} == {s.label for s in seams.SEAMS}
+
+
+def test_doctor_text_gives_the_release_and_each_gate_in_aligned_columns(capsys):
+    """The text report, line by line, against the JSON one of the same run."""
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    code, out = doctor(capsys)
+    lines = out.splitlines()
+    low, high = compat.SUPPORTED[0], compat.SUPPORTED[-1]
+    assert report["supported_releases"] == ["0.5.16", "0.5.23"] == [low, high]
+    assert lines[0] == f"SGLang {compat.sglang_version()}"
+    assert lines[1] == "supported: yes (0.5.16 to 0.5.23)"
+    gates = report["gates"]
+    width = max(len(g["state"]) for g in gates) + 2  # the widest state, 2 spaces
+    assert lines[2] == "gate" + " " * 9 + "state" + " " * (width - 5) + "detail"
+    for line, gate in zip(lines[3:], gates, strict=False):
+        assert line == f"{gate['name']:<13}{gate['state']:<{width}}{gate['detail']}"
+        assert line[13 + width - 2 : 13 + width] == "  "  # state ends 2 before detail
+    assert any(len(g["state"]) == width - 2 for g in gates)
+    assert lines[-1] == "report: can run on this SGLang (every seam it needs resolves)"
+    assert code == 0
+
+
+def test_doctor_json_is_indented_by_two(capsys):
+    _, out = doctor(capsys, "--json")
+    assert out.startswith('{\n  "sglang_version": ')
+
+
+def test_a_gate_with_no_detail_shows_its_summary(monkeypatch):
+    from sglang_pd_lean.cli.doctor import doctor_report
+
+    plans = compat.plan()
+    monkeypatch.setattr(
+        compat,
+        "plan",
+        lambda: [
+            compat.GatePlan(p.name, f"summary of {p.name}", p.state, "", p.hooks)
+            for p in plans
+        ],
+    )
+    gates = doctor_report()["gates"]
+    assert [g["detail"] for g in gates] == [f"summary of {p.name}" for p in plans]
+
+
+def test_doctor_without_sglang_says_so_and_exits_1(monkeypatch, capsys):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "sglang" else find_spec(name, *a),
+    )
+    monkeypatch.setattr(compat, "sglang_version", lambda: None)
+    code, out = doctor(capsys)
+    assert code == 1
+    assert out == "SGLang: not installed (supported: 0.5.16 to 0.5.23)\n"
+    code, out = doctor(capsys, "--json")
+    report = json.loads(out)
+    assert code == 1 and report["seams"] == [] and report["missing_seams"] == []
