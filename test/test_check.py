@@ -457,3 +457,69 @@ def test_model_path_and_config_both_name_the_model_read_here(
     assert code == 0
     figures = result["servers"][0]["prediction"]["figures"]
     assert {f["name"] for f in figures if f["agrees"]} >= {"mamba slots", "KV tokens"}
+
+
+@needs_recorded_release
+def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path):
+    """The prefill server recorded without the plugin, predicted at the budget the
+    plugin's server recorded (the same host and flags): nothing is left out of
+    its pools, it runs upstream's sizing, and the plugin would free its verify-only
+    state; the plugin's server, beside it, is compared with the plugin's column and
+    its budget record with both."""
+    from sglang_pd_lean.census.launch import LOCAL, gpu_facts
+    from sglang_pd_lean.census.served import predict
+    from sglang_pd_lean.cli import check as fleet
+    from sglang_pd_lean.cli.environment import load_sglang_plugins
+
+    load_sglang_plugins()
+    release = installed_release()
+    active = fleet.read_server("a", recorded(release, "prefill"))
+    bare = fleet.read_server("b", recorded(release, "prefill-no-plugin"))
+    assert active.ranks[0].state is fleet.PluginState.ACTIVE
+    assert bare.ranks[0].state is fleet.PluginState.ABSENT
+    budget = active.ranks[0].record["total_rest_memory_gib"]
+    model = tiny_model_folder(tmp_path / "tiny")
+    gpu = gpu_facts(LOCAL)
+
+    result = predict(bare.info, gpu, model, budget)
+    pools, sized = result["roles"]["prefill"], result["capacity"]["prefill"]
+    got = fleet.compare(bare, result)
+    figures = {f.name: f for f in got.figures}
+    assert figures["bytes not allocated"].predicted == 0
+    assert figures["bytes not allocated"].measured == 0
+    assert figures["bytes not allocated"].unit == "bytes"
+    assert figures["mamba slots"].predicted == sized.upstream.mamba_slots
+    assert figures["KV tokens"].predicted == sized.upstream.kv_tokens
+    verify_only = pools["upstream"].verify_only_bytes
+    assert verify_only > 0 and pools["plugin"].verify_only_bytes == 0
+    assert got.would_free >= verify_only
+    assert got.would_free == sum(
+        up - pools["plugin"].components.get(name, 0)
+        for name, up in pools["upstream"].components.items()
+        if up > pools["plugin"].components.get(name, 0)
+    )
+    assert got.advice and got.error is None
+    # Its own role's advice only: nothing said of the roles it does not run.
+    assert not [x for x in got.advice if x.startswith(("decode", "unified"))]
+    assert "decode" in result["nothing_to_spend"]
+
+    result = predict(active.info, gpu, model, budget)
+    sized = result["capacity"]["prefill"]
+    got = fleet.compare(active, result)
+    assert got.would_free is None
+    figures = {f.name: f for f in got.figures}
+    assert figures["mamba slots"].predicted == sized.plugin.mamba_slots
+    record = active.ranks[0].record
+    freed = record["not_allocated_bytes"]
+    for name, value in freed.items():
+        assert figures[f"  {name}"].measured == value
+        assert figures[f"  {name}"].unit == "bytes"
+    assert figures["bytes not allocated"].measured == sum(freed.values())
+    if record.get("budget"):
+        for side in ("upstream", "plugin"):
+            mamba = figures[f"budget gate: {side} mamba slots"]
+            tokens = figures[f"budget gate: {side} KV tokens"]
+            assert mamba.predicted == sized.column(side).mamba_slots
+            assert mamba.measured == record["budget"][side]["mamba_slots"]
+            assert tokens.predicted == sized.column(side).kv_tokens
+            assert tokens.measured == record["budget"][side]["kv_tokens"]

@@ -323,3 +323,31 @@ def test_doctor_without_sglang_says_so_and_exits_1(monkeypatch, capsys):
     code, out = doctor(capsys, "--json")
     report = json.loads(out)
     assert code == 1 and report["seams"] == [] and report["missing_seams"] == []
+
+
+def test_the_releases_table_heads_each_gate_and_gives_a_row_per_release():
+    from sglang_pd_lean.cli.doctor import release_table
+
+    def report(version, pool, budget, runs):
+        return {
+            "sglang_version": version,
+            "gates": [
+                {"name": "pool", "state": pool},
+                {"name": "budget", "state": budget},
+            ],
+            "report_can_run": runs,
+            "missing_seams": [],
+        }
+
+    table = release_table(
+        [
+            report("0.5.16", "applied by the plugin", "applied by the plugin", True),
+            report("0.5.22", "native upstream", "native upstream", False),
+        ]
+    )
+    assert table.splitlines() == [
+        "| SGLang | pool | budget | report runs | missing seams |",
+        "|---|---|---|---|---|",
+        "| 0.5.16 | plugin | plugin | yes | none |",
+        "| 0.5.22 | native | native | no | none |",
+    ]
