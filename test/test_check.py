@@ -523,3 +523,69 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
             assert mamba.measured == record["budget"][side]["mamba_slots"]
             assert tokens.predicted == sized.column(side).kv_tokens
             assert tokens.measured == record["budget"][side]["kv_tokens"]
+
+
+def test_prediction_lines_put_each_figure_beside_its_measurement():
+    from sglang_pd_lean.cli import check as fleet
+
+    server = fleet.read_server("http://p:1", recorded(RELEASES[0], "prefill"))
+    prediction = fleet.Prediction(
+        figures=(
+            fleet.Figure("bytes not allocated", 3 << 30, 3 << 30, unit="bytes"),
+            fleet.Figure("  ssm state", 1000, 1023, unit="bytes"),
+            fleet.Figure("mamba slots", 1234, 1235),
+            fleet.Figure("KV tokens", None, 77),
+        ),
+        would_free=5 << 20,
+        advice=("(a) one", "(b) two"),
+    )
+    assert fleet.prediction_lines(server, prediction) == [
+        "http://p:1 (prefill): the report on this server's own arguments:",
+        "  no plugin here: it would not allocate 5.00 MiB per rank",
+        "  bytes not allocated  predicted 3.00 GiB (3,221,225,472 B), measured "
+        "3.00 GiB (3,221,225,472 B): agrees",
+        "    ssm state          predicted 1000 B, measured 1023 B: DIFFERS",
+        "  mamba slots          predicted 1,234, measured 1,235: DIFFERS",
+        "  KV tokens            predicted -, measured 77: -",
+        "  (a) one",
+        "  (b) two",
+    ]
+    assert fleet._figure(fleet.Figure("x", 0, 0, unit="bytes"), 1024) == (
+        "1.00 KiB (1,024 B)"
+    )
+    failed = fleet.Prediction(error="the model is not readable")
+    assert fleet.prediction_lines(server, failed) == [
+        "http://p:1 (prefill): the report on this server's own arguments: not "
+        "predicted: the model is not readable"
+    ]
+    active = fleet.Prediction(figures=(fleet.Figure("KV tokens", 5, 5),))
+    assert fleet.prediction_lines(server, active)[1:] == [
+        "  KV tokens  predicted 5, measured 5: agrees"
+    ]
+
+
+def test_a_budget_record_without_a_side_gives_no_figure_for_it():
+    from sglang_pd_lean.census.results import RoleSizing, Sizing
+    from sglang_pd_lean.cli import check as fleet
+
+    fits = Sizing(fits=True, kv_tokens=10, mamba_slots=4, kv_cache_bytes=1)
+    unfit = Sizing(fits=False, reason="no room")
+    rank = fleet.Rank(
+        0,
+        fleet.PluginState.ACTIVE,
+        {"budget": {"upstream": "not sized", "plugin": {"mamba_slots": 4}}},
+        None,
+        None,
+    )
+    figures = fleet._budget_figures(rank, RoleSizing(unfit, fits, None))
+    assert [(f.name, f.predicted, f.measured) for f in figures] == [
+        ("budget gate: plugin mamba slots", 4, 4),
+        ("budget gate: plugin KV tokens", 10, None),
+    ]
+    figures = fleet._budget_figures(
+        fleet.Rank(0, fleet.PluginState.ACTIVE, {"budget": {"upstream": {}}}, 0, 0),
+        RoleSizing(unfit, fits, None),
+    )
+    assert [(f.predicted, f.agrees) for f in figures] == [(None, None), (None, None)]
+    assert fleet._int(Sizing(fits=True, kv_tokens=12.0), "kv_tokens") == 12
+    assert fleet._int(Sizing(fits=True, reason="x"), "reason") is None
