@@ -589,3 +589,43 @@ def test_a_budget_record_without_a_side_gives_no_figure_for_it():
     assert [(f.predicted, f.agrees) for f in figures] == [(None, None), (None, None)]
     assert fleet._int(Sizing(fits=True, kv_tokens=12.0), "kv_tokens") == 12
     assert fleet._int(Sizing(fits=True, reason="x"), "reason") is None
+
+
+def test_a_row_per_rank_gives_role_release_plugin_gates_and_figures():
+    from sglang_pd_lean.cli import check as fleet
+
+    info = {
+        "version": "0.5.17",
+        "disaggregation_mode": "prefill",
+        "speculative_algorithm": None,
+        "max_total_num_tokens": 900,
+        "internal_states": [
+            {
+                "pd_lean": {
+                    "gates": {"pool": "applied by the plugin"},
+                    "not_allocated_bytes": {"ssm": 1 << 20, "conv": 1 << 20},
+                    "budget": {
+                        "upstream": {"kv_tokens": 1000, "mamba_slots": 10},
+                        "plugin": {"kv_tokens": 3000, "mamba_slots": 20},
+                    },
+                },
+                "memory_usage": {"token_capacity": 3000},
+                "max_mamba_cache_size": 20,
+            },
+            {"max_mamba_cache_size": 7},  # a rank without the plugin's record
+        ],
+    }
+    server = fleet.read_server("http://p:1", info)
+    assert fleet.rows(server) == [
+        [
+            *("http://p:1", "0", "prefill (no spec)", "0.5.17", "active"),
+            *("pool: applied by the plugin", "2.00 MiB"),
+            *("1,000 -> 3,000", "10 -> 20"),
+        ],
+        [
+            *("http://p:1", "1", "prefill (no spec)", "0.5.17", "absent", "-", "-"),
+            *("900", "7"),  # no budget record: what the rank has
+        ],
+    ]
+    info["speculative_algorithm"] = "EAGLE"
+    assert fleet.rows(fleet.read_server("u", info))[0][2] == "prefill"
