@@ -449,3 +449,15 @@ def test_doctor_says_the_report_cannot_run_and_what_is_missing(capsys, monkeypat
     out = capsys.readouterr().out
     assert code == 1 and "report: cannot run on this SGLang" in out
     assert "_calculate_mamba_ratio" in out
+
+
+def test_a_help_flag_among_the_launch_flags_is_not_sglangs_help(capsys):
+    """The fields the flags set are read with SGLang's parser, without its help:
+    ``-h`` among them is not a request to print SGLang's help here."""
+    from sglang_pd_lean.census.launch import _given
+
+    assert _given(["--tp-size", "2", "-h", "--page-size", "16"]) == {
+        "tp_size": 2,
+        "page_size": 16,
+    }
+    assert capsys.readouterr() == ("", "")
