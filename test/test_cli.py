@@ -430,3 +430,18 @@ def test_the_command_freezes_the_collector_before_exit_and_main_does_not(
     finally:
         gc.unfreeze()
     assert "qwen3-next-80b-a3b" in capsys.readouterr().out.split()
+
+
+@pytest.mark.parametrize("command", ["", "report", "doctor", "check"])
+def test_docs_cli_md_holds_each_commands_help(command, capsys, monkeypatch):
+    """docs/cli.md is the commands' own ``--help``, word for word."""
+    import pathlib
+
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        cli.main([c for c in (command, "--help") if c])
+    printed = capsys.readouterr().out
+    page = (pathlib.Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    title = f"## `sglang-pd-lean{' ' + command if command else ''} --help`"
+    documented = page.split(title + "\n\n```text\n", 1)[1].split("```", 1)[0]
+    assert printed == documented
