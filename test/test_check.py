@@ -629,3 +629,73 @@ def test_a_row_per_rank_gives_role_release_plugin_gates_and_figures():
     ]
     info["speculative_algorithm"] = "EAGLE"
     assert fleet.rows(fleet.read_server("u", info))[0][2] == "prefill"
+
+
+def test_the_text_report_gives_table_misses_predictions_and_verdict_in_order():
+    from sglang_pd_lean.cli import check as fleet
+
+    lean = fleet.read_server("http://a:1", recorded(RELEASES[0], "prefill"))
+    bare = fleet.read_server("http://b:1", recorded(RELEASES[0], "prefill-no-plugin"))
+    missing = fleet.Unanswered("connection refused")
+    urls = ["http://a:1", "http://b:1", "http://c:1"]
+    answers = [lean, bare, missing]
+    predictions = {
+        "http://a:1": fleet.Prediction(figures=(fleet.Figure("KV tokens", 5, 5),)),
+        "http://b:1": fleet.Prediction(error="no budget"),
+    }
+    code = fleet.exit_code(answers)
+    assert code == 2
+    lines = fleet.render(urls, answers, predictions, code)
+    table = fleet._columns(fleet.rows(lean) + fleet.rows(bare))
+    assert lines[: len(table)] == table
+    assert table[0].startswith("server") and table[0] == table[0].rstrip()
+    assert table[1].startswith("http://a:1  ") and table[2].startswith("    gates: ")
+    rest = lines[len(table) :]
+    assert rest[0] == "http://c:1: no answer: connection refused"
+    assert (
+        rest[1:5]
+        == [
+            "",
+            *fleet.prediction_lines(lean, predictions["http://a:1"]),
+            "",
+        ][:4]
+    )
+    assert rest[1] == "" and rest[2].startswith("http://a:1 (prefill): ")
+    assert rest[4] == ""
+    assert rest[5].startswith("http://b:1 (prefill): the report on this server's own ")
+    assert rest[6:] == ["", *fleet.verdict_lines(answers, code)]
+    assert rest[7:] == [
+        f"http://b:1: rank 0: {fleet.NO_RECORD}",
+        "exit 2: 1 prefill server(s) hold verify-only state, 1 server(s) did not "
+        "answer",
+    ]
+
+
+def test_the_verdict_of_a_lean_fleet_and_of_one_that_is_not():
+    from sglang_pd_lean.cli import check as fleet
+
+    lean = fleet.read_server("http://a:1", recorded(RELEASES[0], "prefill"))
+    bare = fleet.read_server("http://b:1", recorded(RELEASES[0], "prefill-no-plugin"))
+    assert fleet.verdict_lines([lean], 0) == [
+        "lean: no prefill target holds verify-only state the plugin could remove"
+    ]
+    assert fleet.verdict_lines([bare, lean, bare], 1) == [
+        f"http://b:1: rank 0: {fleet.NO_RECORD}",
+        f"http://b:1: rank 0: {fleet.NO_RECORD}",
+        "exit 1: 2 prefill server(s) hold verify-only state, 0 server(s) did not "
+        "answer",
+    ]
+    assert fleet.render([], [], {}, 0) == [
+        "",
+        "lean: no prefill target holds verify-only state the plugin could remove",
+    ]
+
+
+def test_a_budget_pair_reads_upstream_to_now_or_the_ranks_own_figure():
+    from sglang_pd_lean.cli import check as fleet
+
+    assert fleet._pair(1000, 3000, 5) == "1,000 -> 3,000"
+    assert fleet._pair(None, 3000, 5) == "- -> 3,000"
+    assert fleet._pair(1000, None, 5) == "1,000 -> -"
+    assert fleet._pair(None, None, 5) == "5"
+    assert fleet._pair(None, None, None) == "-"
