@@ -4,6 +4,9 @@ without the CLI in front of it)."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
 from formulas import automatic_split as split
@@ -252,3 +255,31 @@ def test_upstream_that_does_not_fit_is_reported_beside_the_plugin_capacity():
     assert capacity["prefill"]["upstream"]["fits"] == upstream_has("budget")
     # Where upstream does not fit, its pool is the one the flags ask for.
     assert result["roles"]["prefill"]["upstream"]["mamba_slots"] == slots
+
+
+def test_the_library_loads_sglangs_model_config_offline_at_the_context_asked(
+    monkeypatch,
+):
+    """``census.prepare``: SGLang's ModelConfig of the config at the context length
+    given (else the config's own), the hub left alone unless told otherwise."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    mc, linear = census.prepare(
+        census.Inputs(model="qwen3-next-80b-a3b", context_length=8192)
+    )
+    assert mc.context_len == 8192 and linear is not None
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the operator's own setting stays
+    mc, _ = census.prepare(census.Inputs(model="qwen3-next-80b-a3b"))
+    config = census.read_config_dict(census.Inputs(model="qwen3-next-80b-a3b"))
+    assert mc.context_len == config["max_position_embeddings"]
+    assert os.environ["HF_HUB_OFFLINE"] == "0"
+
+
+def test_a_config_sglang_cannot_load_is_one_line_naming_the_step():
+    """A context longer than the model's: SGLang's ModelConfig refuses it."""
+    with pytest.raises(census.CensusError) as raised:
+        census.prepare(
+            census.Inputs(model="qwen3-next-80b-a3b", context_length=1 << 24)
+        )
+    assert str(raised.value).startswith("SGLang cannot load this config: ")
+    assert "context" in str(raised.value) and "\n" not in str(raised.value)
