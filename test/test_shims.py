@@ -434,14 +434,17 @@ def test_a_release_that_takes_widths_gets_the_launchs_and_no_other(
     if "attention_data_parallel_size" in got:
         assert got["attention_data_parallel_size"] == DP
 
-    def narrowed(tensor_model_parallel_size=1, backend=None):
+    def narrowed(pipeline_model_parallel_size=1, backend=None):
         raise AssertionError("not called")
 
     bare = types.SimpleNamespace(initialize_model_parallel=narrowed)
     with pytest.raises(weights.WidthMismatch) as raised:
         weights._width_kwargs(server_args, bare, dp_attention)
-    assert "takes no attention_data_parallel_size=2" in str(raised.value)
-    assert "pipeline_model_parallel_size" not in str(raised.value)  # width 1
+    # Every width it no longer takes that is not 1, in one line; EP 1 is not one.
+    assert str(raised.value) == (
+        "this SGLang's initialize_model_parallel takes no "
+        f"tensor_model_parallel_size={TP}, attention_data_parallel_size={DP}"
+    )
 
 
 def test_a_loader_seam_sglang_lacks_is_the_builds_answer(monkeypatch):
@@ -453,3 +456,52 @@ def test_a_loader_seam_sglang_lacks_is_the_builds_answer(monkeypatch):
     assert "sglang.srt.model_loader.loader._initialize_model" in answer.error
     assert answer.error.endswith("`sglang-pd-lean doctor` lists what is missing")
     assert answer.target_bytes == 0
+
+
+def resolved(tmp_path, *flags: str, vocab: int | None = None):
+    folder = tiny_model_folder(tmp_path / "tiny")
+    argv = ["--model-path", folder, *flags]
+    if vocab is not None:  # a draft checkpoint of its own: another vocabulary
+        import json
+
+        other = tmp_path / "draft"
+        other.mkdir()
+        config = json.loads((tmp_path / "tiny" / "config.json").read_text())
+        (other / "config.json").write_text(json.dumps(dict(config, vocab_size=vocab)))
+        argv += ["--speculative-draft-model-path", str(other)]
+    return launch.resolve(argv, launch.gpu_facts("h200")).server_args
+
+
+def test_a_launch_without_speculation_builds_no_draft(tmp_path, built_in_process):
+    answer = built_in_process(resolved(tmp_path))
+    assert answer.error is None
+    assert (answer.draft_bytes, answer.draft_class) == (0, None)
+    assert answer.target_bytes > 0
+
+
+def test_the_draft_is_built_from_its_own_checkpoint_where_one_is_given(
+    tmp_path, built_in_process
+):
+    """NEXTN with ``--speculative-draft-model-path``: the MTP module of that
+    checkpoint (twice the vocabulary: its embedding and LM head double), the target
+    as before."""
+    config, model = transformers_tiny()
+    answer = built_in_process(resolved(tmp_path, *NEXTN, vocab=2 * config.vocab_size))
+    assert answer.error is None, answer.error
+    h = config.hidden_size
+    draft = (
+        2 * numel(model.model.embed_tokens)
+        + 2 * numel(model.lm_head)
+        + numel(model.model.layers[3])
+        + 2 * h * h
+        + 3 * h
+    )
+    assert answer.draft_bytes == 2 * draft
+
+
+def test_expert_parallelism_is_in_the_groups_the_model_is_built_in(
+    tmp_path, built_in_process
+):
+    answer = built_in_process(resolved(tmp_path, "--tp", "2", "--ep", "2"))
+    assert answer.error is None, answer.error
+    assert (answer.tp, answer.ep) == (2, 2)
