@@ -166,7 +166,7 @@ def test_a_bar_label_sits_just_above_its_bar(sized):
     for bar, text in zip(ax.patches, ax.texts, strict=True):
         gap = text.get_window_extent().y0 - bar.get_window_extent().y1
         # 3 points of padding at the figure's 100 dpi.
-        assert gap == pytest.approx(3 * fig.dpi / 72, abs=1.5)
+        assert gap == pytest.approx(3 * fig.dpi / 72, abs=0.6)
 
 
 def test_capacity_axes_with_nothing_that_fits_keep_a_unit_scale():

@@ -558,6 +558,9 @@ def test_prediction_lines_put_each_figure_beside_its_measurement():
         "http://p:1 (prefill): the report on this server's own arguments: not "
         "predicted: the model is not readable"
     ]
+    assert fleet.prediction_lines(server, fleet.Prediction()) == [
+        "http://p:1 (prefill): the report on this server's own arguments:"
+    ]
     active = fleet.Prediction(figures=(fleet.Figure("KV tokens", 5, 5),))
     assert fleet.prediction_lines(server, active)[1:] == [
         "  KV tokens  predicted 5, measured 5: agrees"

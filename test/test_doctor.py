@@ -351,3 +351,5 @@ def test_the_releases_table_heads_each_gate_and_gives_a_row_per_release():
         "| 0.5.16 | plugin | plugin | yes | none |",
         "| 0.5.22 | native | native | no | none |",
     ]
+    one = release_table([report("0.5.17", "not applicable", "native upstream", True)])
+    assert one.splitlines()[2] == "| 0.5.17 | n/a | native | yes | none |"

@@ -27,16 +27,27 @@ TIGHT = [
 ]
 
 
+# The censuses are computed once per module; each test renders its own table
+# (a table rendered in a module fixture would be linked to one test only by
+# mutation runs, which then run only that test against a fault in the table).
 @pytest.fixture(scope="module")
-def main_job():
-    result = typed_census(*MAIN_JOB)
-    return result, cli.render_table(result)
+def main_census():
+    return typed_census(*MAIN_JOB)
 
 
 @pytest.fixture(scope="module")
-def tight():
-    result = typed_census(*TIGHT)
-    return result, cli.render_table(result)
+def tight_census():
+    return typed_census(*TIGHT)
+
+
+@pytest.fixture
+def main_job(main_census):
+    return main_census, cli.render_table(main_census)
+
+
+@pytest.fixture
+def tight(tight_census):
+    return tight_census, cli.render_table(tight_census)
 
 
 def row(out: str, label: str) -> list[str]:
