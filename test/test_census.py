@@ -4,7 +4,6 @@ without the CLI in front of it)."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
