@@ -282,3 +282,61 @@ def test_a_config_sglang_cannot_load_is_one_line_naming_the_step():
         )
     assert str(raised.value).startswith("SGLang cannot load this config: ")
     assert "context" in str(raised.value) and "\n" not in str(raised.value)
+
+
+FLAGS = {
+    "tp": "--tp",
+    "pp": "--pp",
+    "max_running_requests": "--max-running-requests",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+    "page_size": "--page-size",
+    "max_mamba_cache_size": "--max-mamba-cache-size",
+    "context_length": "--context-length",
+}
+
+
+@pytest.mark.parametrize("field", sorted(FLAGS))
+def test_the_library_guard_names_the_flag_and_the_value(field):
+    def refusal(**values) -> str:
+        inputs = census.Inputs(model="qwen3-next-80b-a3b", **values)
+        with pytest.raises(census.CensusError) as raised:
+            inputs.validate()
+        return str(raised.value)
+
+    flag = FLAGS[field]
+    assert refusal(**{field: 0}) == f"{flag} must be positive, got 0"
+    assert refusal(**{field: 2.5}) == f"{flag} must be a whole number, got 2.5"
+    assert refusal(**{field: True}) == f"{flag} must be a whole number, got True"
+    if field in ("max_running_requests", "max_mamba_cache_size"):
+        big = census.MAX_SLOTS + 1
+        assert refusal(**{field: big}) == (
+            f"{flag} {big:,} is more than the census builds "
+            f"({census.MAX_SLOTS:,} slots)"
+        )
+        census.Inputs(
+            model="qwen3-next-80b-a3b", **{field: census.MAX_SLOTS}
+        ).validate()
+
+
+def test_the_library_guard_on_memory_dtypes_strategies_and_the_model():
+    def refusal(**values) -> str:
+        with pytest.raises(census.CensusError) as raised:
+            census.Inputs(**values).validate()
+        return str(raised.value)
+
+    model = {"model": "qwen3-next-80b-a3b"}
+    census.Inputs(**model, available_gib=0.5).validate()  # under 1 GiB is memory too
+    for value in ("30", True, -1):
+        assert refusal(**model, available_gib=value) == (
+            f"--available-gib must be a positive finite number, got {value!r}"
+        )
+    assert refusal(**model, mamba_ssm_dtype="int8") == (
+        f"--mamba-ssm-dtype must be one of {', '.join(census.SSM_DTYPES)}, got 'int8'"
+    )
+    assert refusal(**model, mamba_radix_cache_strategy="lru") == (
+        "--mamba-radix-cache-strategy must be one of "
+        f"{', '.join(census.MAMBA_RADIX_CACHE_STRATEGIES)}, got 'lru'"
+    )
+    both = "give exactly one of --model NAME or --config PATH"
+    assert refusal() == both
+    assert refusal(**model, config="/x/config.json") == both
