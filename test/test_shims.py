@@ -505,3 +505,52 @@ def test_expert_parallelism_is_in_the_groups_the_model_is_built_in(
     answer = built_in_process(resolved(tmp_path, "--tp", "2", "--ep", "2"))
     assert answer.error is None, answer.error
     assert (answer.tp, answer.ep) == (2, 2)
+
+
+def test_the_childs_answer_is_its_build_as_json(tp1_nextn, built_in_process):
+    """What the forked child writes back (``weights.answer``), read as the parent
+    reads it: the build's figures, with the child's environment set."""
+    import json
+    import os
+
+    from sglang_pd_lean.census.results import WeightsBuild
+
+    config, model = transformers_tiny()
+    got = WeightsBuild(**json.loads(weights.answer(tp1_nextn)))
+    assert got.error is None, got.error
+    linear = [layer for layer in model.model.layers if hasattr(layer, "linear_attn")]
+    a_log = sum(layer.linear_attn.A_log.numel() for layer in linear)
+    assert got.target_bytes == 2 * numel(model) + 2 * a_log
+    assert (got.target_class, got.draft_class, got.tp) == (
+        "Qwen3NextForCausalLM",
+        "Qwen3NextForCausalLMMTP",
+        1,
+    )
+    for name, value in weights.CHILD_ENV.items():
+        assert os.environ[name] == value
+
+
+def test_a_build_that_fails_answers_its_error_in_one_line(monkeypatch):
+    import json
+
+    def fails(server_args):
+        raise RuntimeError("no room\n  for the experts")
+
+    for name in weights.CHILD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(weights, "build", fails)
+    got = json.loads(weights.answer(None))
+    assert got == {
+        "error": "RuntimeError: no room for the experts",
+        "target_bytes": 0,
+        "draft_bytes": 0,
+        "target_class": None,
+        "draft_class": None,
+        "tp": 1,
+        "ep": 1,
+    }
+    from sglang.srt.model_loader import loader
+
+    monkeypatch.delattr(loader, "_initialize_model")
+    got = json.loads(weights.answer(None))  # a seam it lacks: no build is tried
+    assert "_initialize_model" in got["error"] and "RuntimeError" not in got["error"]

@@ -153,15 +153,21 @@ def _child(server_args: Any, write: int) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
-        os.environ.update(CHILD_ENV)
-        try:
-            answer = _lacking() or build(server_args)
-        except BaseException as exc:  # noqa: BLE001 - every failure is an answer
-            answer = WeightsBuild(error=f"{type(exc).__name__}: {one_line(exc)}")
-        os.write(write, json.dumps(dataclasses.asdict(answer)).encode())
+        os.write(write, answer(server_args))
         code = 0
     finally:
         os._exit(code)  # pragma: no mutate (as the fork's branch: never returns)
+
+
+def answer(server_args: Any) -> bytes:
+    """What the child writes back: the build of ``server_args`` in this process
+    (with the child's environment), or its one-line error, as JSON."""
+    os.environ.update(CHILD_ENV)
+    try:
+        built = _lacking() or build(server_args)
+    except BaseException as exc:  # noqa: BLE001 - every failure is an answer
+        built = WeightsBuild(error=f"{type(exc).__name__}: {one_line(exc)}")
+    return json.dumps(dataclasses.asdict(built)).encode()
 
 
 # ------------------------------------------------------------------ child side
