@@ -514,6 +514,15 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     for name, value in freed.items():
         assert figures[f"  {name}"].measured == value
         assert figures[f"  {name}"].unit == "bytes"
+    # Per component, predicted: what the plugin's pool holds less than upstream's.
+    pools = result["roles"]["prefill"]
+    up, now = pools["upstream"].components, pools["plugin"].components
+    for name in set(up) | set(freed):
+        less = up.get(name, 0) - now.get(name, 0)
+        if less > 0:
+            assert figures[f"  {name}"].predicted == less, name
+        else:
+            assert f"  {name}" not in figures or name in freed, name
     assert figures["bytes not allocated"].measured == sum(freed.values())
     if record.get("budget"):
         for side in ("upstream", "plugin"):
@@ -694,3 +703,42 @@ def test_a_budget_pair_reads_upstream_to_now_or_the_ranks_own_figure():
     assert fleet._pair(1000, None, 5) == "1,000 -> -"
     assert fleet._pair(None, None, 5) == "5"
     assert fleet._pair(None, None, None) == "-"
+
+
+@needs_recorded_release
+def test_a_prefill_server_with_nothing_to_spend_is_told_why(tmp_path):
+    """A prefill server without speculative decoding: its advice is the census's
+    reason for its own role."""
+    from sglang_pd_lean.census.launch import LOCAL, gpu_facts
+    from sglang_pd_lean.census.served import predict
+    from sglang_pd_lean.cli import check as fleet
+    from sglang_pd_lean.cli.environment import load_sglang_plugins
+
+    load_sglang_plugins()
+    doc = recorded(installed_release(), "prefill")
+    budget = doc["internal_states"][0]["pd_lean"]["total_rest_memory_gib"]
+    info = {k: v for k, v in doc.items() if not k.startswith("speculative_")}
+    server = fleet.read_server("http://p:1", info)
+    assert not server.speculative
+    model = tiny_model_folder(tmp_path / "tiny")
+    result = predict(server.info, gpu_facts(LOCAL), model, budget)
+    reason = result["nothing_to_spend"]["prefill"]
+    assert reason.startswith("no speculative decoding")
+    got = fleet.compare(server, result)
+    assert any(reason in line for line in got.advice), got.advice
+    assert not [x for x in got.advice if x.startswith(("decode", "unified"))]
+
+
+def test_the_bytes_freed_are_per_component_what_upstream_holds_more():
+    from sglang_pd_lean.census.results import PoolSummary
+    from sglang_pd_lean.cli import check as fleet
+
+    def pool(**components):
+        return PoolSummary(components, 0, sum(components.values()), 1, 1)
+
+    upstream = pool(ssm=10, conv=4, verify=7, map=9)
+    plugin = pool(ssm=10, conv=5, map=3)
+    assert fleet._freed({"upstream": upstream, "plugin": plugin}) == {
+        "verify": 7,
+        "map": 6,
+    }
