@@ -249,3 +249,16 @@ def assert_documented(result: dict, doc: str) -> set[str]:
     printed = printed_keys(result, documented)
     assert printed - set(documented) == set(), f"printed, not in docs/{doc}"
     return printed
+
+
+def hide_package(monkeypatch, name: str) -> None:
+    """``importlib.util.find_spec(name)`` answers None for the test, as it does
+    where the package is not installed; every other package is found as before."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda asked, *args: None if asked == name else find_spec(asked, *args),
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from helpers import NEXTN, typed_census
+from helpers import NEXTN, hide_package, typed_census
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.cli.chart import capacity_bars
@@ -231,14 +231,7 @@ def test_the_png_is_110_dpi_cropped_to_the_drawing_and_the_figure_freed(
 
 
 def test_png_without_matplotlib_says_how_to_install_it(monkeypatch, tmp_path):
-    import importlib.util
-
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "matplotlib" else find_spec(name, *a),
-    )
+    hide_package(monkeypatch, "matplotlib")
     with pytest.raises(cli.UsageError) as raised:
         cli.check_png_target(str(tmp_path / "chart.png"))
     assert str(raised.value) == (

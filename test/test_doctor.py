@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import NATIVE_FROM, upstream_has
+from helpers import NATIVE_FROM, hide_package, upstream_has
 
 from sglang_pd_lean import cli, compat
 from sglang_pd_lean.hook import Hook, When
@@ -308,14 +308,7 @@ def test_a_gate_with_no_detail_shows_its_summary(monkeypatch):
 
 
 def test_doctor_without_sglang_says_so_and_exits_1(monkeypatch, capsys):
-    import importlib.util
-
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "sglang" else find_spec(name, *a),
-    )
+    hide_package(monkeypatch, "sglang")
     monkeypatch.setattr(compat, "sglang_version", lambda: None)
     code, out = doctor(capsys)
     assert code == 1
