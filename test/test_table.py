@@ -376,3 +376,48 @@ def test_each_column_is_as_wide_as_its_widest_cell(main_job):
             plugin = max(widest[2 + 2 * j], len(changes[j]))
             assert widths[2 * j] == up, title
             assert widths[2 * j + 1] == max(plugin, len(title) - up - 2), title
+
+
+def test_advice_where_upstream_does_not_fit_starts_from_the_launch(tight):
+    """30 GiB at TP 8: upstream's prefill target does not fit, so the only choice
+    is the launch as given; the table says why, under its headings."""
+    result, out = tight
+    if result["capacity"]["prefill"].upstream.fits:
+        pytest.skip("this SGLang sizes upstream's prefill target to fit (0.5.22+)")
+    lines = out.splitlines()
+    intro = lines.index(
+        "How to spend what the plugin frees on the prefill target: each choice's "
+        "flags added to the prefill server's flags, SGLang's sizing run again with "
+        "them."
+    )
+    head = lines[intro + 1]
+    assert re.split(r"\s{2,}", head.strip()) == [
+        "KV cache",
+        "KV tokens",
+        "mamba slots",
+        "request slots",
+        "fits",
+    ]
+    upstream = lines[intro + 2]
+    assert upstream.startswith("upstream, without the plugin  ")
+    assert re.split(r"\s{2,}", upstream)[1:] == ["does not fit"] * 4 + ["no"]
+    (choice,) = result["advice"]
+    assert choice.choice == "automatic" and choice.capacity.fits
+    row = lines[intro + 3]
+    assert row.startswith(choice.title + "  ")
+    assert re.split(r"\s{2,}", row)[1:] == [
+        human_bytes(choice.capacity.kv_cache_bytes),
+        f"{choice.capacity.kv_tokens:,}",
+        f"{choice.capacity.mamba_slots:,}",
+        f"{choice.capacity.max_running_requests:,}",
+        "yes",
+    ]
+    assert lines[intro + 4] == "    add: nothing"
+    # Right-aligned under the headings, the first column as wide as its longest.
+    assert ends(head) == ends(upstream) == ends(row)
+    widest = max(len("upstream, without the plugin"), len(choice.title))
+    assert min(starts(upstream)[0], starts(row)[0]) == widest + 2
+    assert lines[intro + 5] == (
+        "upstream does not fit, so there is no upstream KV cache or slot count to "
+        "start from: only the launch as given."
+    )
