@@ -21,7 +21,13 @@ import threading
 import time
 
 import pytest
-from helpers import assert_documented, documented_keys, sglang_minor, tiny_model_folder
+from helpers import (
+    assert_documented,
+    documented_keys,
+    sglang_minor,
+    tiny_model_folder,
+    upstream_has,
+)
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.compat import GateState
@@ -491,7 +497,9 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     assert figures["mamba slots"].predicted == sized.upstream.mamba_slots
     assert figures["KV tokens"].predicted == sized.upstream.kv_tokens
     verify_only = pools["upstream"].verify_only_bytes
-    assert verify_only > 0 and pools["plugin"].verify_only_bytes == 0
+    assert pools["plugin"].verify_only_bytes == 0
+    # Where SGLang itself leaves the verify state out (0.5.18+), nothing to free.
+    assert (verify_only > 0) != upstream_has("pool")
     assert got.would_free >= verify_only
     assert got.would_free == sum(
         up - pools["plugin"].components.get(name, 0)
