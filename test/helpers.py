@@ -262,3 +262,12 @@ def hide_package(monkeypatch, name: str) -> None:
         "find_spec",
         lambda asked, *args: None if asked == name else find_spec(asked, *args),
     )
+
+
+def table_row(out: str, label: str) -> list[str]:
+    """The cells of the one row of the report's table labelled ``label`` (cells are
+    separated by 2+ spaces; a heading row alone has none)."""
+    import re
+
+    (line,) = [x for x in out.splitlines() if re.match(re.escape(label) + r"(  |$)", x)]
+    return re.split(r"\s{2,}", line[len(label) :].strip()) if line != label else []

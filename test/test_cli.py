@@ -15,6 +15,7 @@ from helpers import (
     NO_BUFFER,
     assert_documented,
     sizing_pad,
+    table_row,
     typed_census,
     upstream_has,
 )
@@ -64,14 +65,6 @@ def write_config(tmp_path, **changes) -> str:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     return str(path)
-
-
-def table_row(out: str, label: str) -> list[str]:
-    """The cells of the table row ``label`` (cells are separated by 2+ spaces)."""
-    for line in out.splitlines():
-        if line.startswith(label + "  "):
-            return re.split(r"\s{2,}", line[len(label) :].strip())
-    raise AssertionError(f"no row {label!r} in\n{out}")
 
 
 # ---------------------------------------------------------------- report output

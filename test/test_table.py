@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import NEXTN, typed_census, upstream_has
+from helpers import NEXTN, table_row, typed_census, upstream_has
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.units import human_bytes
@@ -50,12 +50,6 @@ def tight(tight_census):
     return tight_census, cli.render_table(tight_census)
 
 
-def row(out: str, label: str) -> list[str]:
-    """The cells of the row ``label`` (cells are separated by 2+ spaces)."""
-    (line,) = [x for x in out.splitlines() if re.match(re.escape(label) + r"(  |$)", x)]
-    return re.split(r"\s{2,}", line[len(label) :].strip()) if line != label else []
-
-
 def labels(out: str) -> list[str]:
     return [re.split(r"\s{2,}", line)[0] for line in out.splitlines()]
 
@@ -72,16 +66,16 @@ def per_column(result, value) -> list[str]:
 def test_memory_rows_give_each_roles_weights_draft_layers_and_memory(main_job):
     result, out = main_job
     memory = result["memory"]
-    assert row(out, "draft layers in KV") == [
+    assert table_row(out, "draft layers in KV") == [
         str(memory[r]["draft_layers_in_kv_sizing"]) for r in ROLES
     ]
-    assert row(out, "weights") == [
+    assert table_row(out, "weights") == [
         human_bytes(memory[r]["weights_bytes"]) for r in ROLES
     ]
-    assert row(out, "draft weights") == [
+    assert table_row(out, "draft weights") == [
         human_bytes(memory[r]["draft_weights_bytes"]) for r in ROLES
     ]
-    assert row(out, "available (A)") == [
+    assert table_row(out, "available (A)") == [
         human_bytes(memory[r]["available_gib"] * (1 << 30)) for r in ROLES
     ]
     # A NEXTN draft is built from the model's own MTP layer: it has weights.
@@ -94,20 +88,20 @@ def test_memory_rows_give_each_roles_weights_draft_layers_and_memory(main_job):
 def test_memory_given_exactly_has_no_weights_rows(tight):
     result, out = tight
     assert "weights" not in labels(out) and "draft weights" not in labels(out)
-    assert row(out, "available (A)") == ["30.00 GiB"] * 3
+    assert table_row(out, "available (A)") == ["30.00 GiB"] * 3
 
 
 def test_capacity_rows_give_each_columns_kv_cache_and_tokens(main_job, tight):
     for result, out in (main_job, tight):
         order = labels(out)
         start = order.index("capacity:")
-        assert row(out, "capacity:") == []
+        assert table_row(out, "capacity:") == []
         assert order[start + 1 : start + 3] == ["KV cache", "KV tokens"]
-        assert row(out, "KV cache") == per_column(
+        assert table_row(out, "KV cache") == per_column(
             result,
             lambda s: human_bytes(s.kv_cache_bytes) if s.fits else "does not fit",
         )
-        assert row(out, "KV tokens") == per_column(
+        assert table_row(out, "KV tokens") == per_column(
             result, lambda s: f"{s.kv_tokens:,}" if s.fits else "does not fit"
         )
 
@@ -215,12 +209,12 @@ def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
         "Launch flags resolved by SGLang on NVIDIA H200 (140.40 GiB, SM 90); the "
         "other roles: the same flags with --disaggregation-mode replaced."
     )
-    assert row(out, "resolved by SGLang") == [
+    assert table_row(out, "resolved by SGLang") == [
         "prefill target",
         "decode target",
         "unified (null)",
     ]
-    assert row(out, "server flags give") == [
+    assert table_row(out, "server flags give") == [
         "this server",
         "other role",
         "other role",
@@ -235,10 +229,14 @@ def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
     }
     for label, key in shown.items():
         values = [resolved[r][key] for r in ROLES]
-        assert row(out, label) == ["-" if v is None else str(v) for v in values]
+        assert table_row(out, label) == ["-" if v is None else str(v) for v in values]
     fractions = [f"{resolved[r]['mem_fraction_static']:.4g}" for r in ROLES]
-    assert row(out, "mem fraction static") == fractions
-    assert row(out, "radix cache off") == ["False", "True", "False"]  # SGLang's PD
+    assert table_row(out, "mem fraction static") == fractions
+    assert table_row(out, "radix cache off") == [
+        "False",
+        "True",
+        "False",
+    ]  # SGLang's PD
     # Right-aligned under the role titles, every row.
     table = lines[2:]
     assert table[0].startswith("resolved by SGLang  ")
@@ -287,24 +285,26 @@ def test_pool_rows_give_each_columns_slots_bytes_totals_and_change(main_job):
     head = out.splitlines()[out.splitlines().index(grid[0]) - 1]
     assert re.split(r"\s{2,}", head.strip()) == [cli.ROLE_TITLES[r] for r in ROLES]
     assert head.startswith(" " * 10)
-    assert row(out, "component") == ["upstream", "plugin"] * 3
-    assert row(out, "request slots") == cells(lambda c: f"{c.request_slots:,}")
-    assert row(out, "mamba slots") == cells(lambda c: f"{c.mamba_slots:,}")
-    assert row(out, "total") == cells(lambda c: human_bytes(c.total_bytes))
-    assert row(out, "verify-only") == cells(lambda c: human_bytes(c.verify_only_bytes))
-    assert row(out, "ssm state") == cells(
+    assert table_row(out, "component") == ["upstream", "plugin"] * 3
+    assert table_row(out, "request slots") == cells(lambda c: f"{c.request_slots:,}")
+    assert table_row(out, "mamba slots") == cells(lambda c: f"{c.mamba_slots:,}")
+    assert table_row(out, "total") == cells(lambda c: human_bytes(c.total_bytes))
+    assert table_row(out, "verify-only") == cells(
+        lambda c: human_bytes(c.verify_only_bytes)
+    )
+    assert table_row(out, "ssm state") == cells(
         lambda c: human_bytes(c.components["ssm state"])
     )
     change = [
         roles[r]["plugin"].total_bytes - roles[r]["upstream"].total_bytes for r in ROLES
     ]
     sign = ["+" if d > 0 else "-" if d < 0 else "" for d in change]
-    assert row(out, "change with plugin") == [
+    assert table_row(out, "change with plugin") == [
         s + human_bytes(abs(d)) for s, d in zip(sign, change, strict=True)
     ]
-    assert row(out, "warmup, transient:") == []
+    assert table_row(out, "warmup, transient:") == []
     warm = result["warmup"]
-    assert row(out, "autotune buffers") == [
+    assert table_row(out, "autotune buffers") == [
         human_bytes(warm[r][c]["autotune_buffers_bytes"])
         for r in ROLES
         for c in ("upstream", "plugin")
@@ -374,7 +374,7 @@ def test_each_column_is_as_wide_as_its_widest_cell(main_job):
         lines_all = out.splitlines()
         head = lines_all[lines_all.index(lines[0]) - 1]
         titles = re.split(r"\s{2,}", head.strip())
-        changes = row(out, "change with plugin")  # under the plugin columns only
+        changes = table_row(out, "change with plugin")  # under the plugin columns only
         for j, title in enumerate(titles):
             up = widest[1 + 2 * j]
             plugin = max(widest[2 + 2 * j], len(changes[j]))
