@@ -162,11 +162,13 @@ class RankModel:
         return str(self.cache_params.dtype.temporal).replace("torch.", "")
 
 
-def rank_model(base: dict, data: dict) -> RankModel:
-    """The model on rank 0 of the resolved configuration ``base`` (published, with
-    its ssm dtype and TP layout, as SGLang's model runner sees them)."""
+def rank_model(base: dict, folder: str) -> RankModel:
+    """The model in ``folder`` on rank 0 of the resolved configuration ``base``
+    (published, with its ssm dtype and TP layout, as SGLang's model runner sees
+    them)."""
     from sglang.srt.configs.model_config import ModelConfig
 
+    data = read_config_dict(Inputs(config=folder))
     with published(**base) as server_args:
         with sglang_rejects("SGLang cannot load this config"):
             mc = ModelConfig.from_server_args(server_args)
@@ -335,9 +337,8 @@ def prefill_capacity(launch: Launch) -> Capacity:
     argv, folder, _ = launch_argv(launch)
     done = resolve(role_argv(argv, "prefill"), launch.gpu)
     fields = resolved_fields(done.server_args)
-    data = read_config_dict(Inputs(config=folder))
     with exported(done.environ), parallel(tp=fields["tp_size"]):
-        model = rank_model(fields, data)
+        model = rank_model(fields, folder)
         memory = memory_of(launch, fields, launch.weights)
         sized = plugin_sizing(model.config, model.layers, _plan(model, fields, memory))
     return Capacity.of(sized, memory["available_gib"])
@@ -359,9 +360,8 @@ def _named(sized: Sizing, fields: dict) -> Sizing:
 def _census(road: _Road, servers: dict, build) -> dict:
     fields = {r: resolved_fields(s) for r, s in servers.items()}
     base = fields[road.role]
-    data = read_config_dict(Inputs(config=road.folder))
     with parallel(tp=base["tp_size"]):
-        model = rank_model(base, data)
+        model = rank_model(base, road.folder)
         weights = _weights(road, model.tp, build)
         roles, capacity, memory, warm = {}, {}, {}, {}
         for r in road.columns:
