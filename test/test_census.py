@@ -4,6 +4,7 @@ without the CLI in front of it)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -282,6 +283,24 @@ def test_a_config_sglang_cannot_load_is_one_line_naming_the_step():
         )
     assert str(raised.value).startswith("SGLang cannot load this config: ")
     assert "context" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_library_names_a_model_without_linear_attention(tmp_path):
+    """``census.prepare`` on a plain transformer: one line naming its model_type."""
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(census.CensusError) as raised:
+        census.prepare(census.Inputs(config=str(tmp_path / "config.json")))
+    assert str(raised.value).startswith("model_type 'llama' has no linear-attention")
 
 
 FLAGS = {

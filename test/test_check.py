@@ -744,9 +744,98 @@ def test_the_bytes_freed_are_per_component_what_upstream_holds_more():
     def pool(**components):
         return PoolSummary(components, 0, sum(components.values()), 1, 1)
 
-    upstream = pool(ssm=10, conv=4, verify=7, map=9)
+    upstream = pool(ssm=10, conv=4, verify=7, map=9, flag=1)
     plugin = pool(ssm=10, conv=5, map=3)
     assert fleet._freed({"upstream": upstream, "plugin": plugin}) == {
         "verify": 7,
         "map": 6,
+        "flag": 1,  # one byte the plugin's pool lacks is one byte freed
     }
+
+
+def test_the_json_of_a_server_carries_its_own_fields_and_the_ranks_record(capsys):
+    """Each field of a server's entry is the one ``/server_info`` or the rank's
+    record holds (tp, dp and pp set apart so a swap shows), and a server that does
+    not answer between two that do leaves the rest listed in order."""
+    doc = copy.deepcopy(recorded(RELEASES[0], "prefill"))
+    doc.update(tp_size=2, dp_size=3, pp_size=4, speculative_algorithm="NEXTN")
+    record = doc["internal_states"][0]["pd_lean"]
+    bare = copy.deepcopy(recorded(RELEASES[0], "decode"))
+    bare["internal_states"][0].pop("pd_lean", None)
+    with served(doc, bare) as urls:
+        code, result = check_json(
+            capsys, "--no-predict", urls[0], nothing_listens(), urls[1]
+        )
+    assert code == 2
+    first, missing, last = result["servers"]
+    assert missing["ok"] is False and "error" in missing
+    assert (first["url"], last["url"]) == (urls[0], urls[1])
+    assert first["ok"] is True and last["ok"] is True
+    assert first["speculative_algorithm"] == "NEXTN"
+    assert (first["tp_size"], first["dp_size"], first["pp_size"]) == (2, 3, 4)
+    assert first["sglang_version"] == doc["version"]
+    rank = first["ranks"][0]
+    assert rank["budget"] == record["budget"] and rank["budget"]
+    assert rank["total_rest_memory_gib"] == record["total_rest_memory_gib"]
+    assert rank["not_allocated_bytes"] == record["not_allocated_bytes"]
+    # No record: no budget and no memory figure, not an empty one.
+    assert last["ranks"][0]["budget"] is None
+    assert last["ranks"][0]["total_rest_memory_gib"] is None
+
+
+def test_a_component_on_one_side_only_is_compared_with_zero_on_the_other():
+    """A component the report predicts and the server did not record (or the other
+    way round) is a figure of its own, with 0 on the side that lacks it."""
+    from sglang_pd_lean.census.results import PoolSummary, RoleSizing, Sizing
+    from sglang_pd_lean.cli import check as fleet
+
+    def pool(**components):
+        return PoolSummary(components, 0, sum(components.values()), 1, 1)
+
+    info = {
+        "version": "0.5.17",
+        "disaggregation_mode": "decode",
+        "internal_states": [{"pd_lean": {"not_allocated_bytes": {"a": 5, "b": 7}}}],
+    }
+    server = fleet.read_server("http://d:1", info)
+    sized = Sizing(fits=True, kv_tokens=10, mamba_slots=2)
+    result = {
+        "roles": {"decode": {"upstream": pool(a=5, c=3), "plugin": pool()}},
+        "capacity": {"decode": RoleSizing(sized, sized, None)},
+    }
+    figures = fleet.compare(server, result).figures
+    assert [(f.name, f.predicted, f.measured) for f in figures[:4]] == [
+        ("bytes not allocated", 8, 12),
+        ("  a", 5, 5),
+        ("  b", 0, 7),
+        ("  c", 3, 0),
+    ]
+
+
+def test_a_cpu_server_is_predicted_on_this_machine_whatever_gpu_names(monkeypatch):
+    """``--gpu`` names the GPU of the fleet's GPU servers; a server whose
+    ``/server_info`` says it runs on the CPU is predicted on this machine's own
+    probes (``--gpu local``)."""
+    from sglang_pd_lean.census import served as census_served
+    from sglang_pd_lean.census.inputs import CensusError
+    from sglang_pd_lean.census.launch import GPUS, LOCAL, gpu_facts
+    from sglang_pd_lean.cli import check as fleet
+    from sglang_pd_lean.cli.args import parse
+
+    asked = {}
+
+    def spy(info, gpu, model, budget):
+        asked[info["device"]] = (gpu, budget)
+        raise CensusError(f"spied on {info['device']}")
+
+    monkeypatch.setattr(census_served, "predict", spy)
+    cpu = recorded(RELEASES[0], "prefill")
+    gpu = {**copy.deepcopy(cpu), "device": "cuda"}
+    answers = [fleet.read_server(u, d) for u, d in (("c", cpu), ("g", gpu))]
+    args = parse(["check", "--gpu", "b200", "c", "g"])
+    got = fleet.predict_all(answers, args, None)
+    assert asked["cpu"][0] == gpu_facts(LOCAL)
+    assert asked["cuda"][0] == GPUS["b200"] != gpu_facts(LOCAL)
+    budget = cpu["internal_states"][0]["pd_lean"]["total_rest_memory_gib"]
+    assert asked["cpu"][1] == budget == asked["cuda"][1]
+    assert (got["c"].error, got["g"].error) == ("spied on cpu", "spied on cuda")

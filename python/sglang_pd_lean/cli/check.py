@@ -403,7 +403,7 @@ def _advice(result: dict, role: str) -> tuple[str, ...]:
 
     if role != "prefill":
         return ()
-    reasons = {k: v for k, v in result.get("nothing_to_spend", {}).items() if k == role}
+    reasons = {k: v for k, v in result["nothing_to_spend"].items() if k == role}
     return tuple(advice_lines({**result, "nothing_to_spend": reasons}))
 
 
