@@ -125,6 +125,25 @@ def test_json_has_every_component_and_the_pool_counts(capsys):
     assert set(result["plugin_gates"]) == set(NATIVE_FROM) | {"replayssm"}
 
 
+def test_the_text_report_ends_with_the_gates_doctor_lists_and_json_is_indented(
+    capsys,
+):
+    """The table's last line names each gate and its state on this SGLang, in
+    ``doctor``'s order and words; ``--json`` prints the same result indented by two
+    spaces, one key per line."""
+    assert cli.main(["doctor", "--json"]) == 0
+    gates = json.loads(capsys.readouterr().out)["gates"]
+    code, out, _ = report(capsys, "--model", "qwen3-next-80b-a3b", "--tp", "4")
+    assert code == 0
+    assert out.rstrip("\n").splitlines()[-1] == "plugin gates on this SGLang: " + (
+        ", ".join(f"{g['name']}: {g['state']}" for g in gates)
+    )
+    code, out, _ = report(
+        capsys, "--model", "qwen3-next-80b-a3b", "--tp", "4", "--json"
+    )
+    assert out == json.dumps(json.loads(out), indent=2) + "\n"
+
+
 def test_upstream_that_does_not_fit_shows_sglangs_reason(capsys):
     """The case the plugin exists for: a traceback before, now a table."""
     args = ["--model", "qwen3.5-397b-a17b", "--tp", "8", "--available-gib", "30"]
@@ -256,6 +275,8 @@ def test_png_legend_uses_the_table_rows_and_covers_no_bar(capsys):
         (["--available-gib", "nan"], "positive finite"),
         (["--available-gib", "inf"], "positive finite"),
         (["--available-gib", "-1"], "positive finite"),
+        (["--tp", "four"], "not a whole number: 'four'"),
+        (["--available-gib", "lots"], "not a number: 'lots'"),
         (["--max-running-requests", "1000000000"], "more than the census builds"),
         (["--max-mamba-cache-size", "1000000000"], "more than the census builds"),
         (["--pp", "49"], "more than this model's 48 layers"),
