@@ -300,3 +300,74 @@ def test_a_width_argument_sglang_no_longer_takes_falls_back_to_the_index(
     memory = report_memory(capsys, "--gpu", "h200", "--", *argv)
     assert memory["weights_bytes"] == INDEX_TOTAL // 4
     assert "takes no expert_model_parallel_size=4" in memory["weights_source"]
+
+
+# ------------------------------------------------------------- the forked child
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def _closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def _sleeps(server_args) -> bytes:
+    import time
+
+    time.sleep(60)
+    return b"{}"
+
+
+def test_a_build_that_outlasts_its_time_is_killed_and_said(monkeypatch):
+    """A child still building after ``TIMEOUT_S``: killed, reaped, its pipe
+    closed, and the report told how long it waited."""
+    monkeypatch.setattr(weights, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(weights, "answer", _sleeps)
+    build = weights.Build(None)
+    pid, fd = build._pid, build._read
+    got = build.result()
+    assert got.error == "building the model took over 0.5 s"
+    assert got.target_bytes == 0
+    assert _reaped(pid) and _closed(fd)
+
+
+def test_a_child_that_answers_no_json_is_said(monkeypatch):
+    monkeypatch.setattr(weights, "answer", lambda server_args: b"not json")
+    build = weights.Build(None)
+    pid = build._pid
+    assert build.result().error == "the build process ended without an answer"
+    assert _reaped(pid)
+
+
+def test_cancel_kills_and_reaps_the_child_and_closes_its_pipe(monkeypatch):
+    monkeypatch.setattr(weights, "answer", _sleeps)
+    build = weights.Build(None)
+    pid, fd = build._pid, build._read
+    build.cancel()
+    assert _reaped(pid) and _closed(fd)
+    assert build.result().error == "cancelled"
+    build.cancel()  # a second cancel is nothing
+
+
+def test_a_host_that_cannot_fork_is_said_and_leaks_no_pipe(monkeypatch):
+    def refuse():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "fork", refuse)
+    build = weights.Build(None)
+    assert set(os.listdir("/proc/self/fd")) == before
+    got = build.result()
+    assert got.error == "cannot fork: [Errno 11] Resource temporarily unavailable"
+    build.cancel()
+    assert build.result().error == got.error
