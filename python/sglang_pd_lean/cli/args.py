@@ -49,10 +49,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Help(argparse.HelpFormatter):
-    """Shows each flag's default where it has a value."""
+    """Shows each flag's default where it has a value (argparse asks only for the
+    actions that have a help text)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
+        text = action.help
         if (
             action.default not in (None, False, argparse.SUPPRESS)
             and action.option_strings
