@@ -839,3 +839,53 @@ def test_a_cpu_server_is_predicted_on_this_machine_whatever_gpu_names(monkeypatc
     budget = cpu["internal_states"][0]["pd_lean"]["total_rest_memory_gib"]
     assert asked["cpu"][1] == budget == asked["cuda"][1]
     assert (got["c"].error, got["g"].error) == ("spied on cpu", "spied on cuda")
+
+
+@pytest.mark.parametrize(
+    "info",
+    [
+        [{"version": "0.5.17"}],  # JSON, but not an object
+        {"internal_states": []},  # no version
+        {"version": "0.5.17", "internal_states": {"0": {}}},  # states not a list
+        {"version": "0.5.17"},  # no states
+    ],
+)
+def test_a_document_that_is_not_server_info_is_unanswered_in_one_line(info):
+    from sglang_pd_lean.cli import check as fleet
+
+    with pytest.raises(fleet.Unanswered) as raised:
+        fleet.read_server("http://x:1", info)
+    assert str(raised.value) == (
+        "GET /server_info: not SGLang's server info (no version or internal_states)"
+    )
+
+
+def test_each_rank_reads_its_own_token_capacity_before_the_servers():
+    """A rank's KV tokens: its own ``memory_usage.token_capacity`` where it
+    reports one, else the server's ``max_total_num_tokens``; a rank whose state
+    is not an object is a rank without a record."""
+    from sglang_pd_lean.cli import check as fleet
+
+    info = {
+        "version": "0.5.17",
+        "max_total_num_tokens": 900,
+        "internal_states": [
+            {"memory_usage": {"token_capacity": 3000}, "max_mamba_cache_size": 5},
+            {"memory_usage": {}},
+            None,
+        ],
+    }
+    ranks = fleet.read_server("http://x:1", info).ranks
+    assert [(r.kv_tokens, r.mamba_slots) for r in ranks] == [
+        (3000, 5),
+        (900, None),
+        (900, None),
+    ]
+    assert [r.state for r in ranks] == [fleet.PluginState.ABSENT] * 3
+
+
+def test_an_https_url_keeps_its_scheme():
+    from sglang_pd_lean.cli import check as fleet
+
+    assert fleet.normalize("https://p:1/") == "https://p:1"
+    assert fleet.normalize("HTTP://p:1") == "HTTP://p:1"
