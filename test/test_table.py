@@ -425,3 +425,65 @@ def test_advice_where_upstream_does_not_fit_starts_from_the_launch(tight):
         "upstream does not fit, so there is no upstream KV cache or slot count to "
         "start from: only the launch as given."
     )
+
+
+def test_an_advised_choice_that_does_not_fit_is_a_row_and_says_why():
+    """A choice whose flags SGLang cannot size: its row says "does not fit" under
+    every heading and "no" under fits, and one line after the table gives SGLang's
+    reason; a choice that fits gets no such line."""
+    from sglang_pd_lean.census.results import Capacity, Choice, RoleSizing, Sizing
+    from sglang_pd_lean.cli.table import advice_lines
+
+    sized = Sizing(
+        fits=True,
+        kv_cache_bytes=1 << 30,
+        kv_tokens=1000,
+        mamba_slots=10,
+        max_running_requests=8,
+    )
+    room = Capacity(
+        fits=True,
+        available_gib=2.0,
+        kv_cache_bytes=2 << 30,
+        kv_tokens=2000,
+        mamba_slots=20,
+        max_running_requests=16,
+    )
+    stop = Capacity(fits=False, available_gib=2.0, reason="SGLang stops: too few")
+    result = {
+        "advice": [
+            Choice("kv", "more KV", ("--a", "1"), room),
+            Choice("requests", "more requests", ("--b", "2"), stop),
+        ],
+        "capacity": {"prefill": RoleSizing(sized, sized, None)},
+        "nothing_to_spend": {},
+    }
+    lines = advice_lines(result)
+    row = next(line for line in lines if line.startswith("more requests  "))
+    assert re.split(r"\s{2,}", row)[1:] == ["does not fit"] * 4 + ["no"]
+    assert lines[lines.index(row) + 1] == "    add: --b 2"
+    assert lines[-1] == "more requests: SGLang stops: too few"
+    assert not [line for line in lines if line.startswith("more KV:")]
+
+
+def test_each_capped_column_gives_its_own_request_count():
+    """Requests SGLang capped: one note per column, each with that column's own
+    count against the count the flags asked for."""
+    from sglang_pd_lean.census.results import RoleSizing, Sizing
+    from sglang_pd_lean.cli.table import ROLE_TITLES, _capacity_notes
+
+    def capped(requests):
+        return Sizing(fits=True, max_running_requests=requests, requests_capped=True)
+
+    result = {
+        "capacity": {"prefill": RoleSizing(capped(5), capped(9), None)},
+        "resolved": {"prefill": {"max_running_requests": 1200}},
+    }
+    title = ROLE_TITLES["prefill"]
+    tail = (
+        "running requests (SGLang caps them by the mamba slots and KV tokens it sized)"
+    )
+    assert _capacity_notes(result) == [
+        f"upstream {title}: 5 of 1,200 {tail}",
+        f"plugin {title}: 9 of 1,200 {tail}",
+    ]
