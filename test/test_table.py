@@ -487,3 +487,17 @@ def test_each_capped_column_gives_its_own_request_count():
         f"upstream {title}: 5 of 1,200 {tail}",
         f"plugin {title}: 9 of 1,200 {tail}",
     ]
+
+
+def test_a_role_title_wider_than_its_two_columns_widens_the_second():
+    """The grid by hand: each role title right-aligned over its two columns; a
+    title wider than them widens its second column, so the rows end under it."""
+    from sglang_pd_lean.cli.table import _grid
+
+    header = ["", "A", "a wide title"]
+    rows = [["row", "1", "22", "333", "4"], ["longer label", "55", "6", "7", "88"]]
+    assert _grid(header, rows) == [
+        " " * 12 + "       A" + "  a wide title",
+        "row" + " " * 9 + "   1  22  333        4",
+        "longer label  55   6    7       88",
+    ]

@@ -39,9 +39,8 @@ def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
     """Right-aligned columns as wide as their widest cell; the role titles span two."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     widths[0] = max(widths[0], 10)
-    for i in range(1, len(widths), 2):
-        span = max(len(header[(i + 1) // 2]), widths[i] + widths[i + 1] + 2)
-        widths[i + 1] = max(widths[i + 1], span - widths[i] - 2)
+    for i in range(1, len(widths), 2):  # a title wider than its two widens the second
+        widths[i + 1] = max(widths[i + 1], len(header[(i + 1) // 2]) - widths[i] - 2)
     lines = [
         f"{'':{widths[0]}}"
         + "".join(
