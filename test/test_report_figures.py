@@ -27,7 +27,7 @@ from helpers import NEXTN, sglang_minor, sizing_pad
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.census import launch, memory, model
-from sglang_pd_lean.census.inputs import MODELS_DIR, CensusError
+from sglang_pd_lean.census.inputs import MAX_SLOTS, MODELS_DIR, CensusError
 from sglang_pd_lean.census.results import WeightsBuild
 
 # name (torch.cuda.get_device_name), nvidia-smi memory.total MiB, SM, SMs (cores).
@@ -461,6 +461,9 @@ class SteppedRoad:
             str(requests * self.ratio),
         )
         self.asked.append(requests)
+        # Doubling, then halving: at most two passes over MAX_SLOTS's bits, so
+        # the advice ends in a few dozen sizing runs whatever the counts.
+        assert len(self.asked) <= 2 * MAX_SLOTS.bit_length() + 2, "search never ends"
         if self.fits_up_to is not None and requests > self.fits_up_to:
             return Capacity(fits=False, available_gib=1.0, reason="SGLang stops")
         return Capacity(
