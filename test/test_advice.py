@@ -316,3 +316,26 @@ def test_the_advice_table_puts_each_figure_under_its_heading_in_order(result):
         assert choice["title"].startswith(f"({'abc'[i]}) ")
         assert cells(row, choice["title"]) == expected(choice["capacity"])
         assert add.strip() == f"add: {' '.join(choice['flags']) or 'nothing'}"
+
+
+def test_a_choice_sglang_would_stop_carries_sglangs_reason():
+    """A choice's capacity is SGLang's sizing with its flags, field for field: where
+    SGLang would stop the server, its reason is what the table prints."""
+    from sglang_pd_lean.census.results import Capacity, Sizing
+
+    stopped = Capacity.of(Sizing(fits=False, reason="SGLang stops: no room"), 3.5)
+    assert (stopped.fits, stopped.reason, stopped.available_gib) == (
+        False,
+        "SGLang stops: no room",
+        3.5,
+    )
+    sized = Sizing(
+        fits=True,
+        kv_cache_bytes=7,
+        kv_tokens=11,
+        mamba_slots=13,
+        max_running_requests=17,
+    )
+    fits = Capacity.of(sized, 2.0)
+    assert (fits.kv_cache_bytes, fits.kv_tokens, fits.mamba_slots) == (7, 11, 13)
+    assert fits.max_running_requests == 17 and fits.reason is None
