@@ -285,6 +285,24 @@ def test_a_config_sglang_cannot_load_is_one_line_naming_the_step():
     assert "context" in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_one_config_is_one_folder_for_sglangs_loader_whatever_its_key_order(
+    monkeypatch,
+):
+    """SGLang's loaders read a folder: each distinct config is written once, as
+    config.json in a folder of its own named for this package, and the same config
+    in another key order gets the same folder."""
+    from sglang_pd_lean.census import model
+
+    monkeypatch.setattr(model, "_model_folders", {})
+    first = model.model_folder({"model_type": "x", "hidden_size": 8})
+    again = model.model_folder({"hidden_size": 8, "model_type": "x"})
+    other = model.model_folder({"model_type": "x", "hidden_size": 16})
+    assert first == again != other
+    assert os.path.basename(first).startswith("sglang-pd-lean-model-")
+    with open(os.path.join(first, "config.json")) as f:
+        assert json.load(f) == {"model_type": "x", "hidden_size": 8}
+
+
 def test_the_library_names_a_model_without_linear_attention(tmp_path):
     """``census.prepare`` on a plain transformer: one line naming its model_type."""
     config = {

@@ -346,3 +346,42 @@ def test_the_releases_table_heads_each_gate_and_gives_a_row_per_release():
     ]
     one = release_table([report("0.5.17", "not applicable", "native upstream", True)])
     assert one.splitlines()[2] == "| 0.5.17 | n/a | native | yes | none |"
+
+
+def test_the_report_refuses_in_one_line_naming_the_first_seam_and_counting_the_rest(
+    monkeypatch,
+):
+    """What the report needs and SGLang lacks: the first seam (in the seams list's
+    order) with why the report needs it, and how many more, in one line."""
+    import sglang.srt.distributed.utils as dist_utils
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    from sglang_pd_lean import seams
+    from sglang_pd_lean.census.inputs import CensusError
+    from sglang_pd_lean.cli.environment import require_seams
+
+    labels = (
+        "sglang.srt.distributed.utils.get_pp_indices",
+        "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator."
+        "_calculate_mamba_ratio",
+    )
+    gone = [s for s in seams.SEAMS if s.label in labels]
+    assert len(gone) == 2
+    version = compat.sglang_version()
+    tail = "`sglang-pd-lean doctor` lists what is missing"
+
+    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    (one,) = [s for s in gone if s.label == labels[1]]
+    with pytest.raises(CensusError) as raised:
+        require_seams()
+    assert str(raised.value) == (
+        f"SGLang {version} lacks {one.label}, which the report needs ({one.why}); "
+        + tail
+    )
+    monkeypatch.delattr(dist_utils, "get_pp_indices")
+    with pytest.raises(CensusError) as raised:
+        require_seams()
+    assert str(raised.value) == (
+        f"SGLang {version} lacks {gone[0].label}, which the report needs "
+        f"({gone[0].why}) (and 1 more); " + tail
+    )
