@@ -80,8 +80,9 @@ def census_role(
 def plugin_sizing(mc, layers: tuple[int, int], plan: RolePlan) -> Sizing:
     """The plugin column's sizing alone, as ``census_role`` sizes it (the plan
     names the memory): all an advice step reads, without the pools it would build
-    or the upstream column."""
-    with column_behaviour("plugin"), published(**plan.fields) as server_args:
+    or the upstream column. The plugin's column is the gates as registered: no gate
+    steps aside (``column_behaviour("plugin")`` changes nothing)."""
+    with published(**plan.fields) as server_args:
         return _sized(_builder(mc, layers, plan)(server_args), plan, server_args)
 
 
