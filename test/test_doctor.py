@@ -385,3 +385,24 @@ def test_the_report_refuses_in_one_line_naming_the_first_seam_and_counting_the_r
         f"SGLang {version} lacks {gone[0].label}, which the report needs "
         f"({gone[0].why}) (and 1 more); " + tail
     )
+
+
+def test_doctor_quiets_sglangs_loggers_before_it_imports_sglang(capsys):
+    """SGLang's import-time notes and start-up INFO logs would bury the doctor's
+    report: with SGLang installed, its loggers (and transformers' and torch's) are
+    at ERROR before the doctor reads it."""
+    import logging
+
+    names = ("sglang", "sglang_pd_lean", "transformers", "torch")
+    before = {n: logging.getLogger(n).level for n in names}
+    try:
+        for name in names:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        cli.main(["doctor", "--json"])
+        json.loads(capsys.readouterr().out)  # the report, and nothing before it
+        assert {n: logging.getLogger(n).level for n in names} == dict.fromkeys(
+            names, logging.ERROR
+        )
+    finally:
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
