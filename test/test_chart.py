@@ -192,7 +192,7 @@ def test_a_sized_chart_is_wider_with_the_pools_wider_than_the_capacity(sized, un
     fig = cli.chart(sized)
     assert tuple(fig.get_size_inches()) == (18, 6)
     pools, capacity = (ax.get_position().width for ax in fig.axes)
-    assert pools > capacity
+    assert pools / capacity == pytest.approx(3 / 2, rel=0.02)  # three fifths, two
     assert tuple(cli.chart(unsized).get_size_inches()) == (12, 5)
     assert len(cli.chart(unsized).axes) == 1
 
