@@ -202,12 +202,20 @@ def test_parser_refuses_an_available_budget_that_is_not_positive_finite(value, c
 @pytest.mark.parametrize("field", ["max_running_requests", "max_mamba_cache_size"])
 def test_slot_cap_admits_exactly_2_to_the_20(field, capsys):
     """2^20 slots are built; one more is refused in one line, before SGLang."""
+    from sglang_pd_lean.cli.args import parse
+    from sglang_pd_lean.cli.commands import report_launch
+
     census.Inputs(model="qwen3-next-80b-a3b", **{field: 1 << 20}).validate()
     flag = "--" + field.replace("_", "-")
-    code = cli.main(["report", "--model", "qwen3-next-80b-a3b", flag, str(2**20 + 1)])
+    given = ["report", "--model", "qwen3-next-80b-a3b", flag]
+    report_launch(parse([*given, str(2**20)]))
+    code = cli.main([*given, str(2**20 + 1)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err) == 1 and "1,048,577 is more than the census builds" in err[0]
+    assert len(err) == 1
+    assert err[0].endswith(
+        f"{flag} 1,048,577 is more than the census builds (1,048,576 slots)"
+    )
 
 
 # ----------------------------------------------------------------- the PNG probe
