@@ -222,3 +222,27 @@ def test_an_error_is_one_line_of_at_most_its_limit():
     cut = one_line(ValueError("y" * 401))
     assert cut == "y" * 397 + "..." and len(cut) == 400
     assert one_line(ValueError("abcdefgh"), limit=6) == "abc..."
+
+
+def test_every_sglang_module_holding_a_probe_by_name_answers_for_the_gpu(monkeypatch):
+    """A module that imported ``is_cuda`` by name (``from ... import is_cuda``) holds
+    its own reference: inside ``on_gpu`` it too answers for the named GPU, found
+    afresh (the search's cache emptied), and after, it holds SGLang's own again."""
+    import sys
+
+    from sglang.srt.utils import common
+
+    original = common.is_cuda
+    holders = [
+        m
+        for m in list(sys.modules.values())
+        if getattr(m, "__name__", "").startswith("sglang")
+        and m is not common
+        and getattr(m, "is_cuda", None) is original
+    ]
+    assert holders, "no SGLang module holds is_cuda by name"
+    monkeypatch.setattr(launch, "_holders", {})
+    with launch.on_gpu(launch.gpu_facts("h200")):
+        assert [m.is_cuda() for m in holders] == [True] * len(holders)
+        assert all(m.is_cuda is not original for m in holders)
+    assert all(m.is_cuda is original for m in holders)
