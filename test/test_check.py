@@ -124,7 +124,9 @@ def check(capsys, *args: str) -> tuple[int, str, str]:
 def check_json(capsys, *args: str) -> tuple[int, dict]:
     code, out, err = check(capsys, "--json", *args)
     assert "Traceback" not in err
-    return code, json.loads(out)
+    result = json.loads(out)
+    assert out == json.dumps(result, indent=2) + "\n"  # one key per line
+    return code, result
 
 
 @pytest.fixture(params=RELEASES)
@@ -150,6 +152,11 @@ def test_a_prefill_server_with_the_plugin_passes(capsys, release):
     assert ranks[0]["gates"] == record["gates"]
     assert ranks[0]["not_allocated_bytes"] == record["not_allocated_bytes"]
     assert ranks[0]["kv_tokens"] == doc["max_total_num_tokens"]
+    with served(doc) as urls:
+        code, out, _ = check(capsys, "--no-predict", *urls)
+    assert code == 0 and out.splitlines()[-1] == (
+        "lean: no prefill target holds verify-only state the plugin could remove"
+    )
 
 
 def test_a_prefill_server_without_the_plugin_fails_and_says_why(capsys, release):
@@ -271,7 +278,8 @@ def test_an_answer_that_is_not_server_info_is_exit_2(capsys, body, status, said)
     assert result["servers"] == [
         {"url": urls[0], "ok": False, "error": result["servers"][0]["error"]}
     ]
-    assert said in result["servers"][0]["error"]
+    error = result["servers"][0]["error"]
+    assert error.startswith("GET /server_info: ") and said in error
 
 
 @pytest.mark.parametrize(
@@ -812,33 +820,36 @@ def test_a_component_on_one_side_only_is_compared_with_zero_on_the_other():
     ]
 
 
-def test_a_cpu_server_is_predicted_on_this_machine_whatever_gpu_names(monkeypatch):
+def test_a_cpu_server_is_predicted_on_this_machine_whatever_gpu_names(
+    capsys, monkeypatch
+):
     """``--gpu`` names the GPU of the fleet's GPU servers; a server whose
     ``/server_info`` says it runs on the CPU is predicted on this machine's own
-    probes (``--gpu local``)."""
+    probes (``--gpu local``). Each at the budget its record holds, from the command
+    line to the census (the census itself stands aside here: it says what it was
+    asked, and that is the prediction's error)."""
     from sglang_pd_lean.census import served as census_served
     from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.launch import GPUS, LOCAL, gpu_facts
-    from sglang_pd_lean.cli import check as fleet
-    from sglang_pd_lean.cli.args import parse
 
     asked = {}
 
     def spy(info, gpu, model, budget):
-        asked[info["device"]] = (gpu, budget)
+        asked[info["device"]] = (gpu, model, budget)
         raise CensusError(f"spied on {info['device']}")
 
     monkeypatch.setattr(census_served, "predict", spy)
     cpu = recorded(RELEASES[0], "prefill")
     gpu = {**copy.deepcopy(cpu), "device": "cuda"}
-    answers = [fleet.read_server(u, d) for u, d in (("c", cpu), ("g", gpu))]
-    args = parse(["check", "--gpu", "b200", "c", "g"])
-    got = fleet.predict_all(answers, args, None)
+    with served(cpu, gpu) as urls:
+        code, result = check_json(capsys, "--gpu", "b200", *urls)
+    assert code == 0
     assert asked["cpu"][0] == gpu_facts(LOCAL)
     assert asked["cuda"][0] == GPUS["b200"] != gpu_facts(LOCAL)
     budget = cpu["internal_states"][0]["pd_lean"]["total_rest_memory_gib"]
-    assert asked["cpu"][1] == budget == asked["cuda"][1]
-    assert (got["c"].error, got["g"].error) == ("spied on cpu", "spied on cuda")
+    assert asked["cpu"][1:] == (None, budget) == asked["cuda"][1:]
+    errors = [server["prediction"]["error"] for server in result["servers"]]
+    assert errors == ["spied on cpu", "spied on cuda"]
 
 
 @pytest.mark.parametrize(
@@ -889,3 +900,4 @@ def test_an_https_url_keeps_its_scheme():
 
     assert fleet.normalize("https://p:1/") == "https://p:1"
     assert fleet.normalize("HTTP://p:1") == "HTTP://p:1"
+    assert fleet.normalize("http://prefill-X/") == "http://prefill-X"
