@@ -263,6 +263,9 @@ def test_doctor_seams_lists_every_seam_found_or_missing(capsys, monkeypatch):
     (missing,) = report["missing_seams"]
     assert missing["why"] == seam.why and missing["error"]
     assert {s["seam"] for s in report["seams"]} == {s.label for s in seams.SEAMS}
+    assert {s["seam"]: (s["part"], s["why"]) for s in report["seams"]} == {
+        s.label: (s.part.value, s.why) for s in seams.SEAMS
+    }
 
 
 def test_doctor_text_gives_the_release_and_each_gate_in_aligned_columns(capsys):
