@@ -10,7 +10,9 @@
 # runtime half uses pyproject's [tool.mutmut]; the report half swaps in
 # scripts/mutmut-report.toml. A MUTANT_GLOB such as 'sglang_pd_lean.census.memory*'
 # runs one module (the report half fits a sitting module by module); the score is
-# printed from `mutmut results` at the end. Not part of CI.
+# printed from `mutmut results` at the end. Not part of CI. To go on after a run
+# stops, run `mutmut run` in that folder: with no names it runs only the mutants not
+# run yet (with names or globs, those again).
 set -euo pipefail
 half=${1:?usage: mutation.sh runtime|report [MUTANT_GLOB...]}
 shift

@@ -59,6 +59,19 @@ NATIVE_FROM = {
 }
 
 
+# A plain transformer's config (no linear-attention layers): nothing to count.
+LLAMA_CONFIG = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 512,
+    "vocab_size": 1000,
+}
+
+
 def sglang_minor() -> int:
     import sglang
 

@@ -10,7 +10,7 @@ import os
 import pytest
 from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
 from formulas import automatic_split as split
-from helpers import NO_BUFFER, census_of, sizing_pad, upstream_has
+from helpers import LLAMA_CONFIG, NO_BUFFER, census_of, sizing_pad, upstream_has
 
 from sglang_pd_lean import census
 
@@ -305,17 +305,7 @@ def test_one_config_is_one_folder_for_sglangs_loader_whatever_its_key_order(
 
 def test_the_library_names_a_model_without_linear_attention(tmp_path):
     """``census.prepare`` on a plain transformer: one line naming its model_type."""
-    config = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 256,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "intermediate_size": 512,
-        "vocab_size": 1000,
-    }
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     with pytest.raises(census.CensusError) as raised:
         census.prepare(census.Inputs(config=str(tmp_path / "config.json")))
     assert str(raised.value).startswith("model_type 'llama' has no linear-attention")

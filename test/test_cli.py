@@ -11,6 +11,7 @@ import re
 import pytest
 from formulas import GIB, automatic_split, binary, gdn_dims, gdn_expected, load_config
 from helpers import (
+    LLAMA_CONFIG,
     NATIVE_FROM,
     NO_BUFFER,
     assert_documented,
@@ -350,20 +351,7 @@ def test_an_architecture_this_sglang_gives_no_mamba_pool_is_named(tmp_path, caps
 
 
 def test_model_without_linear_attention_is_refused(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "architectures": ["LlamaForCausalLM"],
-                "hidden_size": 256,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 4,
-                "intermediate_size": 512,
-                "vocab_size": 1000,
-            }
-        )
-    )
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
     code, _, err = report(capsys, "--config", str(tmp_path))
     assert code == 2
     lines = err.strip().splitlines()
