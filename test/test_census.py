@@ -367,3 +367,38 @@ def test_the_library_guard_on_memory_dtypes_strategies_and_the_model():
     both = "give exactly one of --model NAME or --config PATH"
     assert refusal() == both
     assert refusal(**model, config="/x/config.json") == both
+
+
+@pytest.mark.parametrize(
+    "model", ["qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "kimi-linear-48b-a3b"]
+)
+def test_the_draft_description_has_the_configs_own_mtp_depth(model):
+    """Where no draft description is given, the configurator gets an MTP draft of
+    the depth the model's config.json names (``num_nextn_predict_layers`` or
+    ``mtp_num_hidden_layers``), one layer where it names none."""
+    from sglang_pd_lean.census.pools import spec_aux_config
+
+    config = census.read_config_dict(census.Inputs(model=model))
+    text = config.get("text_config", config)
+    depth = text.get("num_nextn_predict_layers") or text.get("mtp_num_hidden_layers")
+    mc = census.model_config(config, context_length=None)
+    assert spec_aux_config(mc).eagle_draft_num_layers == (depth or 1)
+
+
+def test_an_error_sglangs_sizing_does_not_expect_is_one_line_naming_the_step():
+    """SGLang's sizing raising what it never raises on a launch it refuses (an API
+    that changed under the report): one CensusError line naming the step."""
+    import types
+
+    from sglang_pd_lean.census.roles import _sized
+
+    def changed(available_gib):
+        raise TypeError("takes 1 positional argument but 2 were given")
+
+    conf = types.SimpleNamespace(_handle_max_mamba_cache=changed)
+    with pytest.raises(census.CensusError) as raised:
+        _sized(conf, types.SimpleNamespace(available_gib=10.0), None)
+    assert str(raised.value) == (
+        "SGLang cannot size this model's pools: TypeError: takes 1 positional "
+        "argument but 2 were given"
+    )

@@ -501,3 +501,25 @@ def test_a_role_title_wider_than_its_two_columns_widens_the_second():
         "row" + " " * 9 + "   1  22  333        4",
         "longer label  55   6    7       88",
     ]
+
+
+def test_each_roles_mamba_sizing_names_how_sglang_set_its_slots():
+    """SGLang's own resolution turns the radix cache off on the PD decode server:
+    its mamba slots then come from its running requests, one each, and the census
+    names it so in both columns; the other roles split the budget automatically.
+    (Its own census, not the module's: a mutation run links a module fixture's
+    calls to one test only.)"""
+    result = typed_census(
+        *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
+        *("--tp", "4", "--disaggregation-mode", "prefill", *NEXTN),
+        *("--max-running-requests", "64"),
+    )
+    assert result["resolved"]["decode"]["disable_radix_cache"] is True
+    for col in ("upstream", "plugin"):
+        decode = result["capacity"]["decode"].column(col)
+        assert decode.mamba_sizing == "from running requests (radix cache off)"
+        assert decode.mamba_slots == decode.max_running_requests
+        for role in ("prefill", "null"):
+            assert not result["resolved"][role]["disable_radix_cache"]
+            sized = result["capacity"][role].column(col)
+            assert sized.mamba_sizing == "automatic (ratio of the budget)", role
