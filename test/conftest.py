@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import os
 
 import pytest
@@ -23,6 +24,42 @@ from helpers import (  # noqa: F401
 # Quiet, deterministic SGLang imports.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under a mutation run (``scripts/mutation.sh``), a mutant's tests fastest first.
+
+    mutmut runs the tests linked to the mutated function with ``-x``, in the order it
+    lists them (from a set): the first test that fails ends the mutant, so the cheap
+    ones go first. Each file's tests stay together (its module fixtures are set up
+    once), files in the order of their fastest test, by mutmut's own stats (cwd is
+    ``mutants/``). ``SGLANG_PD_LEAN_MUTMUT_BUDGET_S`` keeps only the fastest tests
+    whose recorded durations add up to that many seconds: a survivor then costs
+    that much, and a mutant only a slower test kills counts as survived, so the
+    score is a lower bound. Outside a mutant's run (CI, the stats and clean runs)
+    nothing changes."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    try:
+        with open("mutmut-stats.json") as stats:
+            durations = json.load(stats)["duration_by_test"]
+    except (OSError, ValueError, KeyError):
+        return
+    took = {i: durations.get(i.nodeid.removeprefix("mutants/"), 1e9) for i in items}
+    budget = float(os.environ.get("SGLANG_PD_LEAN_MUTMUT_BUDGET_S", "inf"))
+    kept, spent = [], 0.0
+    for item in sorted(items, key=took.get):
+        if kept and spent + took[item] > budget:
+            break
+        kept.append(item)
+        spent += took[item]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    first = {}
+    for item in kept:
+        first[item.path] = min(first.get(item.path, 1e9), took[item])
+    items[:] = sorted(kept, key=lambda i: (first[i.path], str(i.path), took[i]))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -461,3 +461,68 @@ def test_a_help_flag_among_the_launch_flags_is_not_sglangs_help(capsys):
         "page_size": 16,
     }
     assert capsys.readouterr() == ("", "")
+
+
+# Compute capability, host CPU and NVLink fabric of each GPU as NVIDIA publishes
+# them (the CUDA GPUs' compute capability table; GB200 is a Grace, arm64, host on a
+# multi-node NVLink fabric). A GPU given by memory and SM is taken as an x86 host.
+PUBLISHED = {
+    "a100-80gb": ((8, 0), "x86", False),
+    "h100": ((9, 0), "x86", False),
+    "h20": ((9, 0), "x86", False),
+    "b200": ((10, 0), "x86", False),
+    "gb200": ((10, 0), "arm64", True),
+    "96 GiB, SM 103": ((10, 3), "x86", False),
+    "96 GiB, SM 110": ((11, 0), "x86", False),
+    "96 GiB, SM 120": ((12, 0), "x86", False),
+    "96 GiB, SM 121": ((12, 1), "x86", False),
+}
+
+
+@pytest.mark.parametrize("given", PUBLISHED)
+def test_each_probe_answers_as_the_named_gpu_would(given):
+    """Every answer the report gives SGLang's platform probes, for one GPU: CUDA and
+    nothing else (no ROCm, NPU, XPU, MUSA, MPS, HPU, Habana, SAIL, gfx9 or CPU
+    backend, no AMX), FlashInfer there, the SM family flags of its compute
+    capability, its memory, name and SM count, and the host's CPU."""
+    (major, minor), host, fabric = PUBLISHED[given]
+    if given in launch.GPUS:
+        gpu = launch.gpu_facts(given)
+    else:
+        gpu = launch.gpu_facts(None, 96, 10 * major + minor)
+    answers = {probe: answer() for probe, answer in launch.probes(gpu).items()}
+    nothing_else = (
+        "is_hip is_npu is_xpu is_musa is_mps is_hpu is_habana_available is_cpu "
+        "is_sail cpu_has_amx_support is_gfx95_supported is_gfx942_supported "
+        "is_gfx1250_supported"
+    ).split()
+    expected = {
+        **{probe: False for probe in nothing_else},
+        "is_cuda": True,
+        "is_cuda_alike": True,
+        "is_flashinfer_available": True,
+        "get_device": "cuda",
+        "is_host_cpu_x86": host == "x86",
+        "is_host_cpu_arm64": host == "arm64",
+        "is_mnnvl_fabric_device": fabric,
+        "get_device_memory_capacity": gpu.memory_mib,
+        "get_nvgpu_memory_capacity": gpu.memory_mib,
+        "get_device_sm": 10 * major + minor,
+        "get_device_capability": (major, minor),
+        "get_device_name": gpu.name,
+        "get_device_core_count": gpu.cores,
+        "is_ampere_with_cuda_12_3": major == 8,
+        "is_sm80_supported": major == 8,
+        "is_sm90_supported": major == 9,
+        "is_hopper_with_cuda_12_3": major == 9,
+        "is_sm100_supported": major == 10,
+        "is_sm110_supported": major == 11,
+        "is_sm100_or_sm110_supported": major in (10, 11),
+        "is_sm120_supported": major == 12,
+        "is_sm120": (major, minor) == (12, 0),
+        "is_sm121": (major, minor) == (12, 1),
+        "is_blackwell_supported": major >= 10,
+        "is_blackwell": major >= 10,
+    }
+    assert answers == expected
+    assert all(type(answers[p]) is type(v) for p, v in expected.items())

@@ -130,10 +130,11 @@ PROBE_PATTERN = re.compile(
 
 def probes(gpu: Gpu) -> dict[str, Any]:
     """What each of SGLang's platform probes (``sglang.srt.utils.common``) answers
-    on ``gpu``: an NVIDIA GPU on a host whose CPU is Grace (arm64) for GB200 and
-    x86 otherwise; no other accelerator; the CPU backend (and its AMX kernels) off."""
+    on ``gpu``: an NVIDIA GPU on a host whose CPU is Grace (arm64, on a multi-node
+    NVLink fabric) for GB200 and x86 otherwise; no other accelerator; the CPU
+    backend (and its AMX kernels) off."""
     major, minor = divmod(gpu.sm, 10)
-    grace = "GB200" in gpu.name or "GB300" in gpu.name
+    grace = "GB200" in gpu.name
 
     def answer(value):
         return lambda *args, **kwargs: value
@@ -164,7 +165,7 @@ def probes(gpu: Gpu) -> dict[str, Any]:
         "get_device_capability": answer((major, minor)),
         "get_device_name": answer(gpu.name),
         "get_device_core_count": answer(gpu.cores),
-        "is_mnnvl_fabric_device": answer("GB200" in gpu.name or "GB300" in gpu.name),
+        "is_mnnvl_fabric_device": answer(grace),
         "is_ampere_with_cuda_12_3": answer(major == 8),
         "is_sm80_supported": answer(major == 8),
         "is_sm90_supported": answer(major == 9),
