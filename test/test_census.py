@@ -405,3 +405,97 @@ def test_an_error_sglangs_sizing_does_not_expect_is_one_line_naming_the_step():
         "SGLang cannot size this model's pools: TypeError: takes 1 positional "
         "argument but 2 were given"
     )
+
+
+def decode_buffer_bytes(mc, requests: int, tokens_per_request: int) -> int:
+    """Bytes of SGLang's own decode-shaped dummy buffers (``_allocate_decode_buffers``,
+    run here under FakeTensorMode) for ``requests`` x ``tokens_per_request`` tokens
+    on one rank: each tensor it returns, summed."""
+    import inspect
+
+    import torch
+    from sglang.srt.model_executor.runner import base_runner
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    given = dict(
+        device="cuda",
+        max_bs=requests,
+        max_num_token=requests * tokens_per_request,
+        hidden_size=mc.hidden_size,
+        vocab_size=mc.vocab_size,
+        dtype=mc.dtype,
+        dp_size=1,
+        pp_size=1,
+        is_encoder_decoder=False,
+        require_mlp_tp_gather=False,
+        seq_len_fill_value=1,
+        encoder_len_fill_value=0,
+        num_tokens_per_req=tokens_per_request,
+        cache_loc_dtype=torch.int64,
+        enable_mamba_track=False,
+    )
+    taken = inspect.signature(base_runner._allocate_decode_buffers).parameters
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        buffers = base_runner._allocate_decode_buffers(
+            **{k: v for k, v in given.items() if k in taken}
+        )
+    tensors = [v for v in vars(buffers).values() if isinstance(v, torch.Tensor)]
+    return sum(t.nbytes for t in tensors)
+
+
+def test_warmup_buffers_are_sglangs_decode_buffers_at_each_roles_tokens():
+    """The warm-up's FlashInfer-autotune buffers are SGLang's decode-shaped dummy
+    buffers for the eager batch: a speculative target's hold every draft token of
+    each request (the verify shape); with the plugin, a prefill target's hold one
+    token per request, as a server without speculation does; decode and unified
+    targets are upstream's. Expected: SGLang's allocator run here with those shapes."""
+    from sglang_pd_lean.census.pools import parallel, published
+    from sglang_pd_lean.census.warmup import warmup_rows
+
+    config = census.read_config_dict(census.Inputs(model="qwen3-next-80b-a3b"))
+    mc = census.model_config(config, context_length=None)
+    spec = dict(
+        speculative_algorithm="EAGLE",
+        speculative_num_steps=2,
+        speculative_eagle_topk=1,
+        speculative_num_draft_tokens=3,
+    )
+    plans = {
+        "prefill": ({"disaggregation_mode": "prefill", **spec}, 24, 3),
+        "decode": ({"disaggregation_mode": "decode", **spec}, 16, 3),
+        "null": ({"disaggregation_mode": "null", **spec}, 8, 3),
+        "no-spec": ({"disaggregation_mode": "prefill"}, 40, 1),
+    }
+    prefill_native = upstream_has("autotune")
+    expected = {
+        "prefill": ((24, 1 if prefill_native else 3), (24, 1)),
+        "decode": ((16, 3), (16, 3)),
+        "null": ((8, 3), (8, 3)),
+        "no-spec": ((40, 1), (40, 1)),
+    }
+    with parallel(tp=1):  # one rank, as the census sizes it
+        rows = warmup_rows(mc, plans)
+        for role, shapes in expected.items():
+            with published(**plans[role][0]):
+                assert rows[role] == {
+                    column: {"autotune_buffers_bytes": decode_buffer_bytes(mc, *shape)}
+                    for column, shape in zip(
+                        ("upstream", "plugin"), shapes, strict=True
+                    )
+                }, role
+    assert set(rows) == set(expected)
+
+
+def test_the_census_builds_exactly_2_to_the_20_slots_and_requests():
+    """The census builds up to 2^20 mamba slots and 2^20 requests, the most the
+    flags admit: a launch at the cap is built, in every role and column, at those
+    counts (one more is refused in one line: test_cli_edges)."""
+    cap = str(2**20)
+    result = census_of(
+        *("--model", "qwen3-next-80b-a3b", "--max-mamba-cache-size", cap),
+        *("--max-running-requests", cap),
+    )
+    for role, columns in result["roles"].items():
+        for column, pools in columns.items():
+            got = (pools["mamba_slots"], pools["request_slots"])
+            assert got == (2**20, 2**20), (role, column)

@@ -102,3 +102,23 @@ def test_the_census_parts_are_frozen_and_become_json_only_when_printed(capsys):
     printed = report_json(capsys, main_job)["capacity"]["decode"]["plugin"]
     assert typed["capacity"]["decode"].plugin.fits and "reason" not in printed
     assert printed["kv_tokens"] == typed["capacity"]["decode"].plugin.kv_tokens
+
+
+def test_each_roles_memory_source_is_the_documented_value(capsys):
+    """``memory{*}.source`` is one of the two values docs/json.md gives: the flag,
+    where --available-gib names the memory, and the formula, where a GPU does."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "json.md")
+    with open(path) as f:
+        line = next(x for x in f if x.startswith("memory{*}.source "))
+    given, formula = line.split(None, 1)[1].strip().split(" | ")
+    model = ("--model", "qwen3-next-80b-a3b")
+    for flags, source in (
+        ((*model, "--available-gib", "30"), given),
+        ((*model, "--gpu", "h200"), formula),
+    ):
+        memory = report_json(capsys, flags)["memory"]
+        assert {role: m["source"] for role, m in memory.items()} == {
+            role: source for role in ("prefill", "decode", "null")
+        }

@@ -534,6 +534,8 @@ def test_without_speculative_decoding_the_report_says_there_is_nothing_to_free()
         "no speculative decoding: no role verifies, so there is no verify state "
         "to free"
     )
+    # docs/json.md: 0 draft tokens without speculative decoding.
+    assert result["inputs"]["speculative_num_draft_tokens"] == 0
 
 
 def test_a_prefill_target_that_does_not_fit_even_with_the_plugin_gets_no_advice():
