@@ -12,7 +12,10 @@
 # runs one module (the report half fits a sitting module by module); the score is
 # printed from `mutmut results` at the end. Not part of CI. To go on after a run
 # stops, run `mutmut run` in that folder: with no names it runs only the mutants not
-# run yet (with names or globs, those again).
+# run yet (with names or globs, those again). Each mutant's tests run fastest first
+# (test/conftest.py); SGLANG_PD_LEAN_MUTMUT_BUDGET_S=5 keeps only the fastest that
+# add up to 5 s of recorded time, so a survivor costs seconds instead of a minute,
+# and a mutant only a slower test kills counts as survived (a lower bound).
 set -euo pipefail
 half=${1:?usage: mutation.sh runtime|report [MUTANT_GLOB...]}
 shift
