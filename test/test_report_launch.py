@@ -526,3 +526,32 @@ def test_each_probe_answers_as_the_named_gpu_would(given):
     }
     assert answers == expected
     assert all(type(answers[p]) is type(v) for p, v in expected.items())
+
+
+@pytest.mark.parametrize(
+    "model, tp, field",
+    [
+        ("qwen3-next-80b-a3b", 3, "linear_num_value_heads"),
+        ("qwen3-next-80b-a3b", 32, "linear_num_key_heads"),
+        ("nemotron-h-8b", 3, "mamba_num_heads"),
+        ("nemotron-h-8b", 16, "n_groups"),
+        ("kimi-linear-48b-a3b", 3, "linear_attn_config.num_heads"),
+    ],
+)
+def test_a_tp_that_does_not_divide_the_linear_heads_names_the_field(
+    model, tp, field, capsys
+):
+    """SGLang splits each linear-attention head count across the TP ranks: a TP
+    that does not divide one is refused in one line naming the config's field
+    and count (read here from the bundled config.json)."""
+    from formulas import load_config
+
+    config = load_config(model)
+    count = config.get("text_config", config)
+    for part in field.split("."):
+        count = count[part]
+    assert count % tp
+    assert cli.main(["report", "--model", model, "--tp", str(tp)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].endswith(f"--tp {tp} does not divide {field}={count} of this model")
