@@ -499,3 +499,32 @@ def test_the_census_builds_exactly_2_to_the_20_slots_and_requests():
         for column, pools in columns.items():
             got = (pools["mamba_slots"], pools["request_slots"])
             assert got == (2**20, 2**20), (role, column)
+
+
+def test_a_config_of_16_mib_is_read_and_one_byte_more_is_refused(tmp_path):
+    """README: configs over 16 MiB are refused, in one line saying so; one of
+    exactly 16 MiB (a bundled config padded with spaces) reads as the config."""
+    bundled = load_config("qwen3-next-80b-a3b")
+    text = json.dumps(bundled)
+    path = tmp_path / "config.json"
+    path.write_text(text + " " * ((16 << 20) - len(text)))
+    assert census.read_config_dict(census.Inputs(config=str(path))) == bundled
+    path.write_text(text + " " * ((16 << 20) + 1 - len(text)))
+    with pytest.raises(census.CensusError) as raised:
+        census.read_config_dict(census.Inputs(config=str(path)))
+    assert str(raised.value) == (
+        f"cannot read config {path}: larger than 16 MiB, not a config.json"
+    )
+
+
+@pytest.mark.parametrize("data", [{"architectures": ["Qwen3NextForCausalLM"]}, []])
+def test_json_without_a_model_type_is_not_a_config(tmp_path, data):
+    """A JSON file that is not an object with ``model_type`` is no Hugging Face
+    config.json, and the census says so in one line before SGLang is asked."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(census.CensusError) as raised:
+        census.read_config_dict(census.Inputs(config=str(path)))
+    assert str(raised.value) == (
+        f"{path} is not a Hugging Face config.json (no model_type)"
+    )
