@@ -226,12 +226,15 @@ def typed_census(*flags: str) -> dict:
         return report_result(launch, build)
 
 
+def doc_text(doc: str) -> str:
+    """The text of ``docs/<doc>``."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", doc)) as f:
+        return f.read()
+
+
 def documented_keys(doc: str) -> list[str]:
     """The key paths of the ``schema`` block of ``docs/<doc>``."""
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", doc)
-    with open(path) as f:
-        text = f.read()
-    block = text.split("```schema\n", 1)[1].split("```", 1)[0]
+    block = doc_text(doc).split("```schema\n", 1)[1].split("```", 1)[0]
     return [line.split()[0] for line in block.splitlines() if line.strip()]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import assert_documented, documented_keys, sglang_minor
+from helpers import assert_documented, doc_text, documented_keys, sglang_minor
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.cli.commands import SCHEMA_VERSION
@@ -107,11 +107,8 @@ def test_the_census_parts_are_frozen_and_become_json_only_when_printed(capsys):
 def test_each_roles_memory_source_is_the_documented_value(capsys):
     """``memory{*}.source`` is one of the two values docs/json.md gives: the flag,
     where --available-gib names the memory, and the formula, where a GPU does."""
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", "json.md")
-    with open(path) as f:
-        line = next(x for x in f if x.startswith("memory{*}.source "))
+    lines = doc_text("json.md").splitlines()
+    line = next(x for x in lines if x.startswith("memory{*}.source "))
     given, formula = line.split(None, 1)[1].strip().split(" | ")
     model = ("--model", "qwen3-next-80b-a3b")
     for flags, source in (
