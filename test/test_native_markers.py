@@ -1,7 +1,7 @@
 """Each gate's native markers against the patched source, fast: the files
 ``patches/sglang-<release>-pd-prefill-lean.patch`` touches are copied from the
 installed SGLang and patched in a temporary folder (no wheel, no install), and
-``compat.native_reason`` reads each hooked function from there. A gate the patch
+``compat.native_reason`` reads each hooked function from there (compiled). A gate the patch
 makes native must be detected native; the unpatched source only where the release
 oracle says upstream has it. (``test_patches.py`` runs the whole patched release.)"""
 
@@ -19,6 +19,7 @@ from helpers import upstream_has
 
 from sglang_pd_lean import compat
 from sglang_pd_lean.gates import all_gates
+from sglang_pd_lean.upstream import names_in_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Gates each patch makes upstream's own (as test_patches.py states them).
@@ -100,7 +101,7 @@ def native_in(tree: str | None, gate, monkeypatch) -> bool:
         patched = os.path.join(tree, *module.split(".")) + ".py"
         path = patched if os.path.exists(patched) else path
     source = function_source(path, qualname)
-    monkeypatch.setattr(compat, "source_of", lambda target: source)
+    monkeypatch.setattr(compat, "names_of", lambda target: names_in_source(source))
     return compat.native_reason(gate) is not None
 
 

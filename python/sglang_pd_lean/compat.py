@@ -14,17 +14,15 @@ the one answer ``plugin.register()`` acts on and ``doctor`` shows.
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import os
 import re
-import textwrap
 from dataclasses import dataclass
 from enum import Enum
 
 from sglang_pd_lean.gates import Gate, all_gates
 from sglang_pd_lean.hook import Hook
-from sglang_pd_lean.upstream import source_of
+from sglang_pd_lean.upstream import names_of
 
 SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
 KILL_SWITCH = "SGLANG_PD_LEAN"
@@ -75,32 +73,18 @@ def kill_switch_on() -> bool:
     )
 
 
-def names_used(source: str) -> set[str]:
-    """The names ``source``'s code uses: attributes read, functions called, names;
-    never what a comment or a string says. Empty where it does not parse."""
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return set()
-    used = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            used.add(node.attr)
-        elif isinstance(node, ast.Name):
-            used.add(node.id)
-    return used
-
-
 def native_reason(gate: Gate) -> str | None:
     """Why upstream already does what ``gate`` does, or None: the code of the
     upstream function it hooks uses one of its ``native_markers`` (from 0.5.18 pool,
     graph and warmup ask the disaggregation mode themselves, from 0.5.22 the budget
     asks the pool's own helper; a patched SGLang from ``patches/`` uses them too).
-    A marker named only in a comment or a string does not count."""
+    Read from the function's compiled code (``upstream.names_of``), so a marker
+    named only in a comment or a string does not count, and no source file is read
+    while SGLang starts."""
     target = gate.target
     if not gate.native_markers or target is None:
         return None
-    used = names_used(source_of(target))
+    used = names_of(target)
     found = [marker for marker in gate.native_markers if marker in used]
     if not found:
         return None

@@ -76,6 +76,7 @@ _KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _RC = "sglang.srt.runtime_context"
 _PS = "sglang.srt.distributed.parallel_state"
 _COMMON = "sglang.srt.utils.common"
+_SPEC = "sglang.srt.speculative"
 
 # Each gate's hook target candidates, by gate name (gates read theirs from here).
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
@@ -92,9 +93,38 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
     "autotune": (
         "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
     ),
+    "frozen_kv_graph": (
+        f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPDraftWorker._capture_cuda_graphs",
+    ),
+    "multi_layer_graph": (
+        f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker."
+        "_capture_cuda_graphs",
+    ),
+    "dflash_graph": (f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2.init_cuda_graphs",),
 }
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+
+# Who calls load_plugins(), by module and function ("<module>": the module's own
+# code), and the process that is, where it builds no model (None: a scheduler
+# rank). ``plugin.model_free_process`` reads it: the innermost known caller decides.
+LOAD_PLUGINS_CALLERS: tuple[tuple[str, str, str | None], ...] = (
+    ("sglang.srt.managers.scheduler", "run_scheduler_process", None),
+    ("sglang.launch_server", "<module>", "the launcher"),  # its __main__ block
+    ("sglang.cli.serve", "serve", "the launcher"),
+    ("sglang.srt.entrypoints.engine", "Engine.__init__", "the launcher"),
+    ("sglang.srt.entrypoints.engine", "Engine._launch_subprocesses", "the launcher"),
+    (
+        "sglang.srt.managers.detokenizer_manager",
+        "run_detokenizer_process",
+        "the detokenizer",
+    ),
+    (
+        "sglang.srt.managers.data_parallel_controller",
+        "run_data_parallel_controller_process",
+        "the data-parallel controller",
+    ),
+)
 
 SEAMS: tuple[Seam, ...] = (
     *(
@@ -139,6 +169,24 @@ SEAMS: tuple[Seam, ...] = (
         ),
         Part.PLUGIN,
         "replayssm gate: SGLang's refusal on a prefill server",
+    ),
+    # The callers in LOAD_PLUGINS_CALLERS (a module's own code: a function of it).
+    _s(
+        "sglang.srt.managers.scheduler.run_scheduler_process",
+        Part.PLUGIN,
+        "plugin: a scheduler rank loads plugins here",
+    ),
+    *(
+        _s(path, Part.PLUGIN, "plugin: a process that builds no model loads plugins here")
+        for path in (
+            "sglang.launch_server.run_server",
+            "sglang.cli.serve.serve",
+            "sglang.srt.entrypoints.engine.Engine.__init__",
+            "sglang.srt.entrypoints.engine.Engine._launch_subprocesses",
+            "sglang.srt.managers.detokenizer_manager.run_detokenizer_process",
+            "sglang.srt.managers.data_parallel_controller."
+            "run_data_parallel_controller_process",
+        )
     ),
     _s(f"{SCHEDULER}.__init__", Part.RECORD, "announces the gates once logging is up"),
     _s(

@@ -1,20 +1,27 @@
 """The installed SGLang's own code, found the way ``HookRegistry`` finds it.
 
-    from sglang_pd_lean.upstream import resolve, source_of
+    from sglang_pd_lean.upstream import names_of, resolve, source_of
     resolve("sglang.srt.mem_cache.memory_pool.MambaPool.get_contiguous_buf_infos")
-    "disaggregation_mode" in source_of(target)
+    "disaggregation_mode" in names_of(target)  # the code uses it (not a comment)
 
 ``HookRegistry`` resolves a target's owner with ``pkgutil.resolve_name`` and the
 attribute with ``getattr``, so an inherited method is hooked on the subclass:
 ``resolve`` does the same, but an error raised while importing an existing module
 (a missing dependency) comes through as that ImportError, not as an AttributeError
 on the parent package.
+
+``names_of`` and ``constants_of`` read a function's compiled code (names it uses,
+string constants it holds), never its source text: a plugin registering in every
+SGLang process reads no source files (``source_of`` is for ``doctor`` and tests).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import textwrap
+import types
 from typing import Any
 
 
@@ -63,3 +70,76 @@ def source_of(target: str) -> str:
         return inspect.getsource(inspect.unwrap(resolve(target)))
     except (ImportError, AttributeError, ValueError, OSError, TypeError):
         return ""
+
+
+def _codes(obj: Any) -> list[types.CodeType]:
+    """The code objects of a function, or of every function a class defines."""
+    obj = inspect.unwrap(obj)
+    if isinstance(obj, type):
+        found = []
+        for attr in vars(obj).values():
+            if isinstance(attr, (staticmethod, classmethod)):
+                attr = attr.__func__
+            elif isinstance(attr, property):
+                found += [c for f in (attr.fget, attr.fset) if f for c in _codes(f)]
+                continue
+            if callable(attr) and not isinstance(attr, type):
+                found += _codes(attr)
+        return found
+    code = getattr(obj, "__code__", None)
+    return [code] if isinstance(code, types.CodeType) else []
+
+
+@functools.lru_cache(maxsize=None)
+def code_names(code: types.CodeType) -> frozenset[str]:
+    """The names ``code`` uses (attributes read, functions called, globals and
+    locals), nested functions and comprehensions included; never a comment's or a
+    string's words. Cached on the code object, which changes when the code does."""
+    names = {*code.co_names, *code.co_varnames, *code.co_cellvars, *code.co_freevars}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= code_names(const)
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=None)
+def code_strings(code: types.CodeType) -> frozenset[str]:
+    """The string constants in ``code`` and its nested code (the literal parts of
+    an f-string included)."""
+    strings = set()
+    for const in code.co_consts:
+        if isinstance(const, str):
+            strings.add(const)
+        elif isinstance(const, types.CodeType):
+            strings |= code_strings(const)
+    return frozenset(strings)
+
+
+def names_of(target: str) -> frozenset[str]:
+    """The names the code of ``target`` (a function, or every method of a class)
+    uses; empty where it cannot be resolved."""
+    try:
+        codes = _codes(resolve(target))
+    except (ImportError, AttributeError, ValueError):
+        return frozenset()
+    return frozenset().union(*map(code_names, codes))
+
+
+def constants_of(target: str) -> frozenset[str]:
+    """The string constants in the code of ``target``; empty where it cannot be
+    resolved."""
+    try:
+        codes = _codes(resolve(target))
+    except (ImportError, AttributeError, ValueError):
+        return frozenset()
+    return frozenset().union(*map(code_strings, codes))
+
+
+def names_in_source(source: str) -> frozenset[str]:
+    """``names_of`` for a function's source text (compiled, not run): doctor and
+    the tests read a patched file this way. Empty where it does not compile."""
+    try:
+        code = compile(textwrap.dedent(source), "<source>", "exec")
+    except (SyntaxError, ValueError):
+        return frozenset()
+    return code_names(code)

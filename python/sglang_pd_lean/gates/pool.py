@@ -36,7 +36,7 @@ from sglang_pd_lean.gates.base import (
     temporarily,
 )
 from sglang_pd_lean.units import human_bytes
-from sglang_pd_lean.upstream import resolve, source_of
+from sglang_pd_lean.upstream import constants_of, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +55,10 @@ def transferred_removed_fields() -> list[str] | None:
     try:
         kept_back = resolve(f"{_MAMBA_POOL}._NON_TRANSFER_STATE_FIELDS")
     except (ImportError, AttributeError):
-        source = source_of(f"{_MAMBA_POOL}.get_contiguous_buf_infos")
-        if not source:
+        named = constants_of(f"{_MAMBA_POOL}.get_contiguous_buf_infos")
+        if not named:
             return None
-        return [f for f in REMOVED_FIELDS if f'"{f}"' not in source]
+        return [f for f in REMOVED_FIELDS if f not in named]
     return [f for f in REMOVED_FIELDS if f not in kept_back]
 
 

@@ -6,7 +6,8 @@ target's pool would still hold them, but every supported SGLang refuses the flag
 PD prefill server before any pool exists (``handle_linear_attn_backend`` in
 ``arg_groups/attention_hook.py`` on 0.5.21+, ``ServerArgs`` before; 0.5.16 refuses
 its ``--enable-gdn-replayssm-spec`` under any PD mode). So there is nothing to
-hook; ``applicable()`` re-checks that refusal in the installed SGLang, and a
+hook; ``applicable()`` re-checks that refusal in the installed SGLang's code (its
+string constants, not its source file: cheap enough for every process), and a
 release that stopped refusing reads as "needed, not handled".
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 
 from sglang_pd_lean.gates.base import Gate
-from sglang_pd_lean.upstream import source_of
+from sglang_pd_lean.upstream import constants_of
 
 # 0.5.17+: "...replayssm-spec is not supported on a PD prefill server..."
 # 0.5.16:  "--enable-gdn-replayssm-spec is not supported under PD disaggregation..."
@@ -33,7 +34,7 @@ class ReplaySSMGate(Gate):
 
     def applicable(self) -> str | None:
         for validator in VALIDATORS:
-            if _REFUSAL.search(source_of(validator)):
+            if any(_REFUSAL.search(text) for text in constants_of(validator)):
                 return (
                     f"SGLang refuses the ReplaySSM spec flag on a PD prefill server "
                     f"({validator})"
