@@ -106,6 +106,16 @@ def register() -> bool:
         logger.warning(f"[sglang-pd-lean] {decision.refusal}")
         return False
 
+    summary = _register_hooks(decision)
+    # This process's logging may not be configured yet; a scheduler repeats the
+    # summary once SGLang has configured it (record.announce).
+    logger.info(summary)
+    return True
+
+
+def _register_hooks(decision) -> str:
+    """Give ``HookRegistry`` the needed gates' hooks and the record's reporting
+    hooks, warn about what is off; the registration summary."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from sglang_pd_lean import record
@@ -138,7 +148,4 @@ def register() -> bool:
             f"{decision.version} lacks {'; '.join(unreachable)}; the gates apply "
             f"all the same"
         )
-    # This process's logging may not be configured yet; a scheduler repeats the
-    # summary once SGLang has configured it (record.announce).
-    logger.info(summary)
-    return True
+    return summary
