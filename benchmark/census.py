@@ -2,7 +2,10 @@
 census run time (median of several runs; SGLang's import timed separately).
 
     python benchmark/census.py [--runs 5] [--max-running-requests 256] [--draft-tokens 4]
+    python benchmark/census.py --smoke   # one model at TP 4, one run (test_benchmarks)
 
+Each row is ``report``'s census flags for the model, as the command runs them
+(``report_launch``, the flags merged, ``report_result``), read from the typed result.
 Run it with the venv's python (``~/.cache/sglang-pd-lean/sglang-<version>/bin/python``).
 Times come from one process on a shared machine: compare them within one run only.
 """
@@ -23,7 +26,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--max-running-requests", type=int, default=256)
     parser.add_argument("--draft-tokens", type=int, default=4)
+    parser.add_argument(
+        "--smoke", action="store_true", help="the first bundled model at TP 4, once"
+    )
     args = parser.parse_args()
+    runs = 1 if args.smoke else args.runs
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -35,13 +42,13 @@ def main() -> None:
 
     from sglang_pd_lean import census
     from sglang_pd_lean.cli.args import parse
-    from sglang_pd_lean.cli.commands import report_launch, report_result
+    from sglang_pd_lean.cli.commands import merged, report_launch, report_result
 
     import_s = time.perf_counter() - start
     print(f"SGLang {sglang.__version__}: import + load_plugins {import_s:.2f} s")
     print(
         f"{args.max_running_requests} running requests, {args.draft_tokens} draft tokens, "
-        f"SGLang's own mamba slots per request; median of {args.runs} census runs"
+        f"SGLang's own mamba slots per request; median of {runs} census runs"
     )
     header = (
         f"{'model':22}{'TP':>4}{'prefill upstream GiB':>22}{'prefill plugin GiB':>20}"
@@ -49,26 +56,28 @@ def main() -> None:
     )
     print(header)
     print("-" * len(header))
-    for model in census.bundled_models():
-        for tp in (1, 2, 4, 8):
+    models = census.bundled_models()[:1] if args.smoke else census.bundled_models()
+    for model in models:
+        for tp in (4,) if args.smoke else (1, 2, 4, 8):
             flags = ["report", "--model", model, "--tp", str(tp)]
             flags += ["--max-running-requests", str(args.max_running_requests)]
             flags += ["--speculative-num-draft-tokens", str(args.draft_tokens)]
             times = []
             try:
-                for _ in range(args.runs):
+                for _ in range(runs):
                     tic = time.perf_counter()
-                    result = report_result(*report_launch(parse(flags)))
+                    launch, shorthand = report_launch(parse(flags))
+                    result = report_result(merged(launch, shorthand))
                     times.append(time.perf_counter() - tic)
             except census.CensusError as exc:
                 print(f"{model:22}{tp:>4}  n/a: {exc}")
                 continue
-            roles = result["roles"]
+            prefill, decode = result["roles"]["prefill"], result["roles"]["decode"]
             print(
                 f"{model:22}{tp:>4}"
-                f"{roles['prefill']['upstream']['verify_only_bytes'] / GIB:>22.2f}"
-                f"{roles['prefill']['plugin']['verify_only_bytes'] / GIB:>20.2f}"
-                f"{roles['decode']['plugin']['verify_only_bytes'] / GIB:>12.2f}"
+                f"{prefill['upstream'].verify_only_bytes / GIB:>22.2f}"
+                f"{prefill['plugin'].verify_only_bytes / GIB:>20.2f}"
+                f"{decode['plugin'].verify_only_bytes / GIB:>12.2f}"
                 f"{statistics.median(times) * 1000:>11.0f}"
             )
 

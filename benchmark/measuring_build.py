@@ -2,6 +2,7 @@
 per bundled model and for the e2e tiny model, in one run.
 
     python benchmark/measuring_build.py [--runs 7] [--tp 4] [--server]
+    python benchmark/measuring_build.py --smoke   # one model and the tiny one, once
 
 To record the bytes it did not allocate, the pool gate runs upstream's
 ``_build_hybrid_req_pool`` once more under ``FakeTensorMode`` before the build it
@@ -44,10 +45,11 @@ MAMBA_LINE = r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>\d+)"
 def prefill_configurator(stack: contextlib.ExitStack, inputs):
     """A prefill target's KVCacheConfigurator for ``inputs`` (the census road)."""
     from helpers import server_fields
+    from placeholder import prepare
 
     from sglang_pd_lean import census
 
-    mc, _ = census.prepare(inputs)
+    mc, _ = prepare(inputs)
     stack.enter_context(census.parallel(tp=inputs.tp))
     server_args = stack.enter_context(
         census.published(**server_fields(inputs, "prefill"))
@@ -108,6 +110,7 @@ def server_startup(model_dir: str, workdir: str) -> tuple[float | None, int | No
 def run(args, workdir: str) -> None:
     import sglang
     from helpers import server_fields
+    from placeholder import Inputs
     from tiny_model import write_model
 
     from sglang_pd_lean import census
@@ -116,17 +119,17 @@ def run(args, workdir: str) -> None:
     rows = [
         (
             f"{model} TP{args.tp}",
-            census.Inputs(
+            Inputs(
                 model=model,
                 tp=args.tp,
                 max_running_requests=args.max_running_requests,
                 speculative_num_draft_tokens=args.draft_tokens,
             ),
         )
-        for model in census.bundled_models()
+        for model in census.bundled_models()[: 1 if args.smoke else None]
     ]
     startup, slots = server_startup(model_dir, workdir) if args.server else (None, None)
-    tiny = census.Inputs(
+    tiny = Inputs(
         config=model_dir,
         tp=1,
         max_running_requests=E2E_REQUESTS,
@@ -185,7 +188,14 @@ def main() -> None:
         action="store_true",
         help="also start the CPU e2e prefill server once and time its start-up",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the first bundled model and the tiny one, once",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.runs = 1
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -193,7 +203,7 @@ def main() -> None:
 
     load_plugins()
     sys.path.insert(0, E2E)
-    sys.path.insert(0, os.path.dirname(E2E))  # test/helpers.py: server_fields
+    sys.path.insert(0, os.path.dirname(E2E))  # test/: helpers, placeholder
     with tempfile.TemporaryDirectory(prefix="sglang-pd-lean-bench-") as workdir:
         run(args, workdir)
 

@@ -10,12 +10,14 @@ defined still pays: the last column divides by a floor that ends the same way,
 the report's own work against the imports alone.
 
     python benchmark/report.py [--runs 3] [--before DIR] [--limit 1.25]
+    python benchmark/report.py --smoke   # one run, no limit (test_benchmarks)
 
 ``--before DIR``: also time the report of another checkout (e.g. a ``git worktree``
 of an earlier commit), its package put first on ``PYTHONPATH``, for before/after
 figures from one run. Run it with the venv's python
 (``~/.cache/sglang-pd-lean/sglang-<version>/bin/python``). Exit code 1 when this
-tree's ratio to the floor is above ``--limit``.
+tree's ratio to the floor is above ``--limit`` (never with ``--smoke``: one run
+times nothing worth holding to a limit).
 """
 
 from __future__ import annotations
@@ -67,7 +69,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", metavar="DIR", help="another checkout to time")
     parser.add_argument("--limit", type=float, default=1.25)
+    parser.add_argument("--smoke", action="store_true", help="one run, no limit")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.limit = 1, float("inf")
     rows = {
         "import floor": (["-c", FLOOR], None),
         "floor, frozen exit": (["-c", FROZEN_FLOOR], None),

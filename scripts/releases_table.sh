@@ -16,7 +16,7 @@ for version in "${versions[@]}"; do
 done
 "$venv/bin/python" - "$here/docs/releases.md" "${versions[@]/#/$reports/}" <<'PY'
 import json, sys
-from sglang_pd_lean.cli.doctor import release_table
+from sglang_pd_lean.cli.doctor import release_table, speculative_table
 out, files = sys.argv[1], sys.argv[2:]
 reports = [json.load(open(f + ".json")) for f in files]
 head = """# What each supported SGLang release does, and what the plugin does there
@@ -28,7 +28,24 @@ Gates: `native` (SGLang does it itself), `plugin` (the plugin applies it), `n/a`
 `report runs`: every seam `report` needs resolves (`seams.SEAMS`).
 
 """
+speculative = """
+
+## Every speculative algorithm on a PD prefill server
+
+What a PD prefill server builds only for a verify (or decode) step, for every
+speculative algorithm the release accepts and the worker class SGLang's
+`SpeculativeAlgorithm.create_worker` maps it to (`sglang_pd_lean.audit`, printed by
+`doctor`); `test/test_audit.py` checks the installed release's rows (CI: every
+release). Target pieces are the target's, shared by every algorithm (the verify pool
+state and budget exist for hybrid models only); draft pieces are the worker's own.
+`native`: SGLang skips it there; `plugin`: a gate skips it; `built when ...`: still
+built, under those flags; `-`: the worker builds no such piece; `not audited`: a
+worker class the plugin has not read (it runs as upstream, and the plugin logs one
+WARNING naming it on a prefill server).
+
+"""
 with open(out, "w") as f:
-    f.write(head + release_table(reports) + "\n")
+    f.write(head + release_table(reports) + speculative
+            + speculative_table(reports) + "\n")
 PY
 echo "wrote docs/releases.md (${versions[*]})"

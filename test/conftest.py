@@ -95,6 +95,8 @@ def configurator():
     """``configurator(role, **inputs) -> (inputs, conf)``: SGLang's real
     ``KVCacheConfigurator`` for census inputs, with the role's configuration
     published and TP groups set up until the test ends."""
+    from placeholder import Inputs, prepare
+
     from sglang_pd_lean import census
 
     with contextlib.ExitStack() as stack:
@@ -110,14 +112,14 @@ def configurator():
             is_draft_worker: bool = False,
             **fields,
         ):
-            inputs = census.Inputs(
+            inputs = Inputs(
                 model=model,
                 tp=tp,
                 max_running_requests=requests,
                 context_length=context_length,
                 **fields,
             )
-            mc, _ = census.prepare(inputs)
+            mc, _ = prepare(inputs)
             stack.enter_context(census.parallel(tp=tp))
             server_args = stack.enter_context(
                 census.published(**server_fields(inputs, role, sizing=sizing))

@@ -56,6 +56,9 @@ NATIVE_FROM = {
     "budget": 22,
     "draft_graph": None,
     "autotune": None,
+    "frozen_kv_graph": None,
+    "multi_layer_graph": None,
+    "dflash_graph": None,
 }
 
 

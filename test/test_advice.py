@@ -233,7 +233,9 @@ def test_without_speculative_decoding_there_is_nothing_to_spend():
         "prefill",
     )
     assert result["advice"] == []
-    assert "no speculative decoding" in result["nothing_to_spend"]["prefill"]
+    nothing = result["nothing_to_spend"]
+    assert sorted(nothing) == ["decode", "null", "prefill"]
+    assert all(why.startswith("no speculative decoding") for why in nothing.values())
 
 
 @budget_acts

@@ -30,6 +30,7 @@ from helpers import (
     sizing_pad,
     upstream_has,
 )
+from placeholder import Inputs, prepare
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import budget
@@ -55,10 +56,8 @@ def size_and_build(
     model: str, tp: int, role: str, branch: str, *, upstream: bool
 ) -> dict:
     """Reservation (bytes the budget took for mamba state) and the pool's mamba bytes."""
-    inputs = census.Inputs(
-        model=model, tp=tp, max_running_requests=128, **BRANCHES[branch]
-    )
-    mc, _ = census.prepare(inputs)
+    inputs = Inputs(model=model, tp=tp, max_running_requests=128, **BRANCHES[branch])
+    mc, _ = prepare(inputs)
     fields = server_fields(inputs, role, sizing=True)
     column = upstream_behaviour() if upstream else contextlib.nullcontext()
     with census.parallel(tp=tp), census.published(**fields) as server_args, column:
@@ -118,10 +117,10 @@ def test_decode_and_null_budgets_are_upstream_to_the_byte(model, tp, branch, rol
 
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_draft_worker_budget_is_upstream(branch):
-    inputs = census.Inputs(
+    inputs = Inputs(
         model="qwen3-next-80b-a3b", tp=4, max_running_requests=128, **BRANCHES[branch]
     )
-    mc, _ = census.prepare(inputs)
+    mc, _ = prepare(inputs)
     results = []
     for column in (upstream_behaviour(), contextlib.nullcontext()):
         fields = server_fields(inputs, "prefill", sizing=True)
@@ -161,7 +160,7 @@ def prefill_target(configurator, **inputs):
 def budget_line(configurator, unhooked, caplog, **inputs) -> tuple[float, str, dict]:
     """The budget gate's hook on a prefill target given 100 GiB: (KV GiB it returned,
     its INFO line, the record's budget)."""
-    conf = prefill_target(configurator, available_gib=AVAILABLE_GIB, **inputs)
+    conf = prefill_target(configurator, **inputs)
     with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
         rest = budget.GATE.around(unhooked(budget.GATE), conf, AVAILABLE_GIB)
     lines = [r.getMessage() for r in caplog.records if "budget gate" in r.getMessage()]
@@ -324,8 +323,8 @@ def test_budget_gate_steps_aside_where_upstream_reserves_no_verify_state(unhooke
     upstream's budget holds no verify reservation.)"""
     if upstream_has("budget") or not SIZES_UPSTREAM_IN_A_SNAPSHOT:
         pytest.skip("upstream's sizing is compared only on 0.5.17 (config snapshots)")
-    inputs = census.Inputs(model=MODEL, tp=4, max_running_requests=256)
-    mc, _ = census.prepare(inputs)
+    inputs = Inputs(model=MODEL, tp=4, max_running_requests=256)
+    mc, _ = prepare(inputs)
     fields = dict(server_fields(inputs, "prefill", sizing=True))
     fields["enable_linear_replayssm_spec"] = True
     rests = []

@@ -1,5 +1,5 @@
 """Census numbers against independent formulas from the model configs, SGLang's
-sizing against the budget formula, and the census's own input guard (the library,
+sizing against the budget formula, and the census's own slot cap (the library,
 without the CLI in front of it)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import os
 import pytest
 from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
 from formulas import automatic_split as split
-from helpers import LLAMA_CONFIG, NO_BUFFER, census_of, sizing_pad, upstream_has
+from helpers import NO_BUFFER, census_of, sizing_pad, upstream_has
+from placeholder import model_config
 
 from sglang_pd_lean import census
 
@@ -158,32 +159,6 @@ def test_every_component_is_present_and_totals_match_the_formula():
             assert other < 64 * 1024  # bookkeeping: free lists, indices
 
 
-@pytest.mark.parametrize(
-    "field",
-    [
-        "tp",
-        "pp",
-        "max_running_requests",
-        "speculative_num_draft_tokens",
-        "page_size",
-        "max_mamba_cache_size",
-        "context_length",
-    ],
-)
-@pytest.mark.parametrize("value", [0, -2, 2.5, True])
-def test_library_rejects_counts_the_census_cannot_run(field, value):
-    """The library's own guard: no ZeroDivisionError from deep inside SGLang."""
-    inputs = census.Inputs(model="qwen3-next-80b-a3b", **{field: value})
-    with pytest.raises(census.CensusError, match=field.replace("_", "-")):
-        census.prepare(inputs)
-
-
-@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
-def test_library_rejects_an_available_budget_that_is_not_a_positive_number(value):
-    with pytest.raises(census.CensusError, match="--available-gib"):
-        census.prepare(census.Inputs(model="qwen3-next-80b-a3b", available_gib=value))
-
-
 def test_library_caps_slot_counts_that_would_exhaust_host_memory():
     with pytest.raises(census.CensusError, match="more than the census builds"):
         census_of("--model", "qwen3-next-80b-a3b", "--max-running-requests", str(10**9))
@@ -257,32 +232,12 @@ def test_upstream_that_does_not_fit_is_reported_beside_the_plugin_capacity():
     assert result["roles"]["prefill"]["upstream"]["mamba_slots"] == slots
 
 
-def test_the_library_loads_sglangs_model_config_offline_at_the_context_asked(
-    monkeypatch,
-):
-    """``census.prepare``: SGLang's ModelConfig of the config at the context length
-    given (else the config's own), the hub left alone unless told otherwise."""
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    mc, linear = census.prepare(
-        census.Inputs(model="qwen3-next-80b-a3b", context_length=8192)
-    )
-    assert mc.context_len == 8192 and linear is not None
-    assert os.environ["HF_HUB_OFFLINE"] == "1"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the operator's own setting stays
-    mc, _ = census.prepare(census.Inputs(model="qwen3-next-80b-a3b"))
-    config = census.read_config_dict(census.Inputs(model="qwen3-next-80b-a3b"))
-    assert mc.context_len == config["max_position_embeddings"]
-    assert os.environ["HF_HUB_OFFLINE"] == "0"
-
-
-def test_a_config_sglang_cannot_load_is_one_line_naming_the_step():
-    """A context longer than the model's: SGLang's ModelConfig refuses it."""
+def test_a_context_longer_than_the_models_is_one_line_from_sglang():
+    """A context longer than the model's: SGLang's own resolution refuses it."""
     with pytest.raises(census.CensusError) as raised:
-        census.prepare(
-            census.Inputs(model="qwen3-next-80b-a3b", context_length=1 << 24)
-        )
-    assert str(raised.value).startswith("SGLang cannot load this config: ")
-    assert "context" in str(raised.value) and "\n" not in str(raised.value)
+        census_of("--model", "qwen3-next-80b-a3b", "--context-length", str(1 << 24))
+    assert str(raised.value).startswith("SGLang rejects these launch flags: ")
+    assert "context_length" in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_one_config_is_one_folder_for_sglangs_loader_whatever_its_key_order(
@@ -303,70 +258,20 @@ def test_one_config_is_one_folder_for_sglangs_loader_whatever_its_key_order(
         assert json.load(f) == {"model_type": "x", "hidden_size": 8}
 
 
-def test_the_library_names_a_model_without_linear_attention(tmp_path):
-    """``census.prepare`` on a plain transformer: one line naming its model_type."""
-    (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+@pytest.mark.parametrize("field", ["max_running_requests", "max_mamba_cache_size"])
+def test_the_slot_cap_builds_2_to_the_20_and_names_the_flag_past_it(field):
+    """The host-safety cap, in one place (``census.check_slots``; the command asks
+    it before SGLang's import): exactly ``MAX_SLOTS`` is built, one more is one
+    line naming the flag, the value and the cap."""
+    census.check_slots(**{field: census.MAX_SLOTS})
+    census.check_slots(**{field: None})  # not given
     with pytest.raises(census.CensusError) as raised:
-        census.prepare(census.Inputs(config=str(tmp_path / "config.json")))
-    assert str(raised.value).startswith("model_type 'llama' has no linear-attention")
-
-
-FLAGS = {
-    "tp": "--tp",
-    "pp": "--pp",
-    "max_running_requests": "--max-running-requests",
-    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
-    "page_size": "--page-size",
-    "max_mamba_cache_size": "--max-mamba-cache-size",
-    "context_length": "--context-length",
-}
-
-
-@pytest.mark.parametrize("field", sorted(FLAGS))
-def test_the_library_guard_names_the_flag_and_the_value(field):
-    def refusal(**values) -> str:
-        inputs = census.Inputs(model="qwen3-next-80b-a3b", **values)
-        with pytest.raises(census.CensusError) as raised:
-            inputs.validate()
-        return str(raised.value)
-
-    flag = FLAGS[field]
-    assert refusal(**{field: 0}) == f"{flag} must be positive, got 0"
-    assert refusal(**{field: 2.5}) == f"{flag} must be a whole number, got 2.5"
-    assert refusal(**{field: True}) == f"{flag} must be a whole number, got True"
-    if field in ("max_running_requests", "max_mamba_cache_size"):
-        big = census.MAX_SLOTS + 1
-        assert refusal(**{field: big}) == (
-            f"{flag} {big:,} is more than the census builds "
-            f"({census.MAX_SLOTS:,} slots)"
-        )
-        census.Inputs(
-            model="qwen3-next-80b-a3b", **{field: census.MAX_SLOTS}
-        ).validate()
-
-
-def test_the_library_guard_on_memory_dtypes_strategies_and_the_model():
-    def refusal(**values) -> str:
-        with pytest.raises(census.CensusError) as raised:
-            census.Inputs(**values).validate()
-        return str(raised.value)
-
-    model = {"model": "qwen3-next-80b-a3b"}
-    census.Inputs(**model, available_gib=0.5).validate()  # under 1 GiB is memory too
-    for value in ("30", True, -1):
-        assert refusal(**model, available_gib=value) == (
-            f"--available-gib must be a positive finite number, got {value!r}"
-        )
-    assert refusal(**model, mamba_ssm_dtype="int8") == (
-        f"--mamba-ssm-dtype must be one of {', '.join(census.SSM_DTYPES)}, got 'int8'"
+        census.check_slots(**{field: census.MAX_SLOTS + 1})
+    flag = "--" + field.replace("_", "-")
+    assert str(raised.value) == (
+        f"{flag} {census.MAX_SLOTS + 1:,} is more than the census builds "
+        f"({census.MAX_SLOTS:,} slots)"
     )
-    assert refusal(**model, mamba_radix_cache_strategy="lru") == (
-        "--mamba-radix-cache-strategy must be one of "
-        f"{', '.join(census.MAMBA_RADIX_CACHE_STRATEGIES)}, got 'lru'"
-    )
-    both = "give exactly one of --model NAME or --config PATH"
-    assert refusal() == both
-    assert refusal(**model, config="/x/config.json") == both
 
 
 @pytest.mark.parametrize(
@@ -379,12 +284,12 @@ def test_the_draft_description_has_the_configs_own_mtp_depth(field, depth):
     ``mtp_num_hidden_layers``), one layer where it names neither."""
     from sglang_pd_lean.census.pools import spec_aux_config
 
-    config = census.read_config_dict(census.Inputs(model="qwen3-next-80b-a3b"))
+    config = census.read_config_dict(model="qwen3-next-80b-a3b")
     for name in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
         config.pop(name, None)
     if field is not None:
         config[field] = depth
-    mc = census.model_config(config, context_length=None)
+    mc = model_config(config, context_length=None)
     assert spec_aux_config(mc).eagle_draft_num_layers == depth
 
 
@@ -452,8 +357,8 @@ def test_warmup_buffers_are_sglangs_decode_buffers_at_each_roles_tokens():
     from sglang_pd_lean.census.pools import parallel, published
     from sglang_pd_lean.census.warmup import warmup_rows
 
-    config = census.read_config_dict(census.Inputs(model="qwen3-next-80b-a3b"))
-    mc = census.model_config(config, context_length=None)
+    config = census.read_config_dict(model="qwen3-next-80b-a3b")
+    mc = model_config(config, context_length=None)
     spec = dict(
         speculative_algorithm="EAGLE",
         speculative_num_steps=2,
@@ -502,16 +407,16 @@ def test_the_census_builds_exactly_2_to_the_20_slots_and_requests():
 
 
 def test_a_config_of_16_mib_is_read_and_one_byte_more_is_refused(tmp_path):
-    """README: configs over 16 MiB are refused, in one line saying so; one of
+    """docs/report.md: configs over 16 MiB are refused, in one line saying so; one of
     exactly 16 MiB (a bundled config padded with spaces) reads as the config."""
     bundled = load_config("qwen3-next-80b-a3b")
     text = json.dumps(bundled)
     path = tmp_path / "config.json"
     path.write_text(text + " " * ((16 << 20) - len(text)))
-    assert census.read_config_dict(census.Inputs(config=str(path))) == bundled
+    assert census.read_config_dict(config=str(path)) == bundled
     path.write_text(text + " " * ((16 << 20) + 1 - len(text)))
     with pytest.raises(census.CensusError) as raised:
-        census.read_config_dict(census.Inputs(config=str(path)))
+        census.read_config_dict(config=str(path))
     assert str(raised.value) == (
         f"cannot read config {path}: larger than 16 MiB, not a config.json"
     )
@@ -524,7 +429,7 @@ def test_json_without_a_model_type_is_not_a_config(tmp_path, data):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data))
     with pytest.raises(census.CensusError) as raised:
-        census.read_config_dict(census.Inputs(config=str(path)))
+        census.read_config_dict(config=str(path))
     assert str(raised.value) == (
         f"{path} is not a Hugging Face config.json (no model_type)"
     )

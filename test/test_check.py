@@ -214,6 +214,31 @@ def test_an_unsupported_release_is_named(capsys):
     ]
 
 
+@pytest.mark.parametrize(
+    "name, code, plugin", [("prefill", 0, "active"), ("prefill-no-plugin", 1, "absent")]
+)
+def test_a_post_release_is_judged_as_its_release(capsys, name, code, plugin):
+    """``0.5.17.post1`` is release 0.5.17, which the plugin supports: with the
+    plugin's record the prefill server passes; without it, it fails for want of a
+    record (the plugin is absent, not the release unsupported). The version is
+    shown as the server gives it."""
+    doc = recorded("0.5.17", name)
+    doc["version"] = "0.5.17.post1"
+    with served(doc) as urls:
+        got, result = check_json(capsys, "--no-predict", *urls)
+    assert got == code
+    (server,) = result["servers"]
+    assert server["sglang_version"] == "0.5.17.post1"
+    assert [r["plugin"] for r in server["ranks"]] == [plugin] * len(
+        doc["internal_states"]
+    )
+    if plugin == "active":
+        assert server["problems"] == []
+    else:
+        assert server["problems"][0].startswith("rank 0: no plugin record")
+        assert not any("not a release" in p for p in server["problems"])
+
+
 @pytest.mark.parametrize("state", NOT_REGISTERED)
 @pytest.mark.parametrize("name, fails", [("prefill", True), ("decode", False)])
 def test_a_gate_not_registered_fails_a_prefill_target_only(capsys, state, name, fails):

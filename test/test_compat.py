@@ -320,7 +320,7 @@ def test_a_missing_target_turns_off_its_gate_and_those_requiring_it(monkeypatch)
 
 # --- what the decision says where it registers nothing -------------------------
 
-SUPPORTED_RANGE = "(0.5.16 to 0.5.23)"  # README: "Supported SGLang releases"
+SUPPORTED_RANGE = "(0.5.16 to 0.5.23)"  # doctor; README: "outside 0.5.16-0.5.23"
 
 
 @pytest.mark.parametrize("kill_switch", [None, "0"])
@@ -404,7 +404,7 @@ def test_a_gate_the_plugin_applies_has_nothing_to_explain():
 
 def test_a_gate_sglang_needs_without_a_hook_says_so_as_documented(monkeypatch):
     """The replayssm gate has no hook; were the installed SGLang to stop refusing its
-    flag on a prefill server, doctor names the failure as README does."""
+    flag on a prefill server, doctor names the failure as docs/doctor.md does."""
     gate = {g.name: g for g in all_gates()}["replayssm"]
     monkeypatch.setattr(type(gate), "applicable", lambda self: None)
     assert compat._state(gate) == (

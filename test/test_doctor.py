@@ -192,10 +192,9 @@ def test_docs_releases_md_holds_this_releases_doctor_row():
 
     table = pathlib.Path(__file__).parents[1] / "docs" / "releases.md"
     version = compat.sglang_version()
+    gates_table = table.read_text().split("\n## ", 1)[0]  # the first table
     rows = [
-        line
-        for line in table.read_text().splitlines()
-        if line.startswith(f"| {version} |")
+        line for line in gates_table.splitlines() if line.startswith(f"| {version} |")
     ]
     assert rows == [release_row(doctor_report())]
 
@@ -280,10 +279,14 @@ def test_doctor_text_gives_the_release_and_each_gate_in_aligned_columns(capsys):
     assert lines[1] == "supported: yes (0.5.16 to 0.5.23)"
     gates = report["gates"]
     width = max(len(g["state"]) for g in gates) + 2  # the widest state, 2 spaces
-    assert lines[2] == "gate" + " " * 9 + "state" + " " * (width - 5) + "detail"
+    names = max(13, *(len(g["name"]) + 2 for g in gates))  # 13, or widest + 2
+    heading = "gate" + " " * (names - 4) + "state" + " " * (width - 5) + "detail"
+    assert lines[2] == heading
     for line, gate in zip(lines[3:], gates, strict=False):
-        assert line == f"{gate['name']:<13}{gate['state']:<{width}}{gate['detail']}"
-        assert line[13 + width - 2 : 13 + width] == "  "  # state ends 2 before detail
+        name, state = f"{gate['name']:<{names}}", f"{gate['state']:<{width}}"
+        assert line == name + state + gate["detail"]
+        assert line[names + width - 2 : names + width] == "  "  # 2 before detail
+        assert line[names - 2 : names] == "  "  # 2 after the widest name at least
     assert any(len(g["state"]) == width - 2 for g in gates)
     assert lines[-1] == "report: can run on this SGLang (every seam it needs resolves)"
     assert code == 0

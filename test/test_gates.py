@@ -13,6 +13,7 @@ import types
 
 import pytest
 from helpers import server_fields
+from placeholder import Inputs
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import (
@@ -125,7 +126,7 @@ def test_prefill_draft_worker_gets_upstreams_warmup_and_autotune(gate):
     which sees the draft's own ``spec_algorithm`` during the call."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    inputs = census.Inputs(model=MODEL)
+    inputs = Inputs(model=MODEL)
     fields = server_fields(inputs, "prefill")
     seen = []
     with census.published(**fields) as server_args:
@@ -169,7 +170,7 @@ def prefill_target_owner(server_args, fields, gate):
 def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    inputs = census.Inputs(model=MODEL)
+    inputs = Inputs(model=MODEL)
     fields = server_fields(inputs, "prefill")
     seen = []
 
@@ -223,7 +224,7 @@ def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
 
     from helpers import stand_in_model_runner
 
-    inputs = census.Inputs(model=MODEL)
+    inputs = Inputs(model=MODEL)
     fields = server_fields(inputs, "prefill")
     original = unhooked(graph.GATE)
     with census.published(**fields) as server_args:

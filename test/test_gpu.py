@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import server_fields
+from placeholder import Inputs, prepare
 
 from sglang_pd_lean import census
 from sglang_pd_lean.role import upstream_behaviour
@@ -24,10 +25,10 @@ pytestmark = [
 def test_real_cuda_allocation_matches_the_fake_census(role, column):
     import contextlib
 
-    inputs = census.Inputs(
+    inputs = Inputs(
         model="qwen3-next-80b-a3b", tp=8, max_running_requests=16, context_length=1024
     )
-    mc, _ = census.prepare(inputs)
+    mc, _ = prepare(inputs)
     step = upstream_behaviour() if column == "upstream" else contextlib.nullcontext()
     with (
         census.parallel(tp=8),

@@ -17,6 +17,7 @@ import types
 
 import pytest
 from helpers import server_fields, stand_in_model_runner, upstream_has
+from placeholder import Inputs
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import graph
@@ -38,7 +39,7 @@ def device_sentinel(monkeypatch):
 
 
 def capture(cuda_graph_setup, role: str, *, speculative: bool, is_draft_worker: bool):
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, role, speculative=speculative)
     with census.published(**fields) as server_args:
         runner = stand_in_model_runner(
@@ -90,7 +91,7 @@ def test_graph_hook_on_a_runner_upstream_can_use_without_server_args(unhooked, o
 def test_a_positional_call_fails_as_upstream_fails(unhooked, outcome):
     """Upstream takes the model runner by keyword only: called positionally for a
     prefill target, the hook raises upstream's own error instead of acting."""
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
     original = unhooked(graph.GATE)
     with census.published(**fields) as server_args:
@@ -109,7 +110,7 @@ def test_the_operator_reads_once_that_the_verify_graph_was_not_captured(
     it is asked, and logs one INFO line per rank that says what it skipped."""
     if upstream_has("graph"):
         pytest.skip("this SGLang captures no verify graph on a prefill target")
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
     original = unhooked(graph.GATE)
     with census.published(**fields) as server_args:

@@ -23,9 +23,13 @@ from sglang_pd_lean.upstream import names_in_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Gates each patch makes upstream's own (as test_patches.py states them).
+DRAFT_GATES = ("frozen_kv_graph", "multi_layer_graph", "dflash_graph")
 PATCHED_GATES = {
-    "0.5.17": ("pool", "graph", "warmup", "budget", "draft_graph", "autotune"),
-    "0.5.23": ("draft_graph", "autotune"),
+    "0.5.17": (
+        *("pool", "graph", "warmup", "budget", "draft_graph", "autotune"),
+        *DRAFT_GATES,
+    ),
+    "0.5.23": ("draft_graph", "autotune", *DRAFT_GATES),
 }
 
 

@@ -11,6 +11,7 @@ import types
 
 import pytest
 from helpers import census_of, server_fields, upstream_has
+from placeholder import Inputs
 
 from sglang_pd_lean import census, record
 from sglang_pd_lean.gates import autotune, draft_graph
@@ -45,7 +46,7 @@ def published_prefill_or(
     decode_backend: bool = True,
     draft_tokens: int = DRAFT_TOKENS,
 ):
-    inputs = census.Inputs(
+    inputs = Inputs(
         model="qwen3-next-80b-a3b", speculative_num_draft_tokens=draft_tokens
     )
     fields = server_fields(inputs, role, speculative=speculative)
@@ -169,7 +170,7 @@ def test_decode_and_null_autotune_buffers_hold_the_draft_tokens(role):
 
 def test_sglang_refuses_replayssm_spec_on_a_prefill_server():
     """The reason there is no ReplaySSM gate: upstream's own validation says no."""
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
     import sglang.srt.server_args as server_args_module
 

@@ -24,9 +24,14 @@ pytestmark = pytest.mark.patches
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 # Gates each patch makes upstream's own.
+# The draft-worker gates of every speculative algorithm (issue 36), in both.
+DRAFT_GATES = ("frozen_kv_graph", "multi_layer_graph", "dflash_graph")
 PATCHED_GATES = {
-    "0.5.17": ("pool", "graph", "warmup", "budget", "draft_graph", "autotune"),
-    "0.5.23": ("draft_graph", "autotune"),
+    "0.5.17": (
+        *("pool", "graph", "warmup", "budget", "draft_graph", "autotune"),
+        *DRAFT_GATES,
+    ),
+    "0.5.23": ("draft_graph", "autotune", *DRAFT_GATES),
 }
 GATE_TESTS = [
     "test/test_pool_gate.py",
@@ -35,6 +40,8 @@ GATE_TESTS = [
     "test/test_budget_gate.py",
     "test/test_newer_gates.py",
     "test/test_compat.py",
+    "test/test_draft_worker_gates.py",
+    "test/test_audit.py",
 ]
 # Compares the census' upstream and plugin columns in one process: on a patched
 # SGLang both columns are the patched upstream (the census comparison below
@@ -140,7 +147,7 @@ def test_doctor_calls_the_patched_gates_native(patched):
     out = run([os.path.join(BIN, "sglang-pd-lean"), "doctor"], patched_env(patched))
     states = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip()}
     for gate in PATCHED_GATES[release()]:
-        assert "native upstream" in states.get(gate, ""), out.stdout
+        assert "native upstream" in states.get(gate, ""), out.stdout + out.stderr
 
 
 def census(env: dict, model: str, tp: int) -> dict:
@@ -162,7 +169,7 @@ def conv_window_overcharge(result: dict, role: str, model: str) -> int:
     inputs."""
     from sglang_pd_lean import census as census_module
 
-    data = census_module.read_config_dict(census_module.Inputs(model=model))
+    data = census_module.read_config_dict(model=model)
     if data["model_type"] == "kimi_linear":
         return 0
     text = {**data, **data.get("text_config", {})}

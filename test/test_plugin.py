@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import pytest
 from helpers import run_python, upstream_has
 
-from sglang_pd_lean import compat, plugin, record
+from sglang_pd_lean import audit, compat, plugin, record
 
 GATE_TARGETS = {
     "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
@@ -23,6 +24,9 @@ GATE_TARGETS = {
     "budget": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache",
     "draft_graph": "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
     "autotune": "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
+    "frozen_kv_graph": "sglang.srt.speculative.frozen_kv_mtp_worker_v2.FrozenKVMTPDraftWorker._capture_cuda_graphs",
+    "multi_layer_graph": "sglang.srt.speculative.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker._capture_cuda_graphs",
+    "dflash_graph": "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2.init_cuda_graphs",
 }
 
 
@@ -32,6 +36,8 @@ def expected_gates(version: str) -> set[str]:
     return {gate for gate in GATE_TARGETS if not upstream_has(gate, version)}
 
 
+# test/: the subprocess imports the placeholder model config from here.
+TEST = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = """
 import io, json, logging
 log = io.StringIO()
@@ -51,8 +57,11 @@ def wrapped(target):
 
 from sglang_pd_lean import census
 from sglang.srt.mem_cache.memory_pool import MambaPool
-inputs = census.Inputs(model="qwen3-next-80b-a3b", tp=2, max_running_requests=4, context_length=256)
-mc, _ = census.prepare(inputs)
+import sys
+sys.path.insert(0, {test!r})
+from placeholder import Inputs, prepare
+inputs = Inputs(model="qwen3-next-80b-a3b", tp=2, max_running_requests=4, context_length=256)
+mc, _ = prepare(inputs)
 with census.parallel(tp=2), census.published(disaggregation_mode="prefill", max_running_requests=4, max_mamba_cache_size=12, tp_size=2, speculative_algorithm="EAGLE", speculative_num_draft_tokens=4, speculative_num_steps=3, speculative_eagle_topk=1) as sa:
     conf = census.configurator(mc, sa, is_draft_worker=False, layers=(0, mc.num_hidden_layers))
     pool = census.build_request_pool(conf, 4)
@@ -67,7 +76,8 @@ print("RESULT" + json.dumps({{
 
 def run_plugin(prelude: str = "", after: str = "", env: dict | None = None) -> dict:
     proc = run_python(
-        SCRIPT.format(prelude=prelude, after=after, targets=GATE_TARGETS), env=env
+        SCRIPT.format(prelude=prelude, after=after, targets=GATE_TARGETS, test=TEST),
+        env=env,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
@@ -97,7 +107,7 @@ def test_register_twice_registers_each_hook_once(version, fresh_plugin):
     assert plugin.register() is True
     assert plugin.register() is False
     # Every needed gate's hook and the reporting hooks, each once.
-    reporting = [hook.target for hook in record.hooks()]
+    reporting = [hook.target for hook in (*record.hooks(), *audit.hooks())]
     needed = [GATE_TARGETS[gate] for gate in expected_gates(version)]
     assert set(fresh_plugin._hooks) == set(needed) | set(reporting)
     for target, hooks in fresh_plugin._hooks.items():
@@ -106,7 +116,13 @@ def test_register_twice_registers_each_hook_once(version, fresh_plugin):
 
 def test_expected_gates_follow_the_release_asked_about():
     assert expected_gates("0.5.17") == set(GATE_TARGETS)
-    assert expected_gates("0.5.23") == {"draft_graph", "autotune"}
+    assert expected_gates("0.5.23") == {
+        "draft_graph",
+        "autotune",
+        "frozen_kv_graph",
+        "multi_layer_graph",
+        "dflash_graph",
+    }
 
 
 def test_kill_switch_leaves_sglang_upstream(version):
@@ -199,8 +215,9 @@ def test_scheduler_reports_the_record_in_its_internal_state(version, fresh_plugi
 
     assert plugin.register() is True
     gate_targets = {GATE_TARGETS[name] for name in expected_gates(version)}
+    reporting = (*record.hooks(), *audit.hooks())
     for hook in record.hooks():
-        ours = sum(h.target == hook.target for h in record.hooks())
+        ours = sum(h.target == hook.target for h in reporting)
         ours += hook.target in gate_targets
         assert len(fresh_plugin._hooks[hook.target]) == ours, hook.target
     out = GetInternalStateReqOutput(internal_state={"x": 1})
@@ -285,7 +302,8 @@ def test_each_hook_is_registered_with_its_own_function_and_timing(
 ):
     """SGLang's registry holds each needed gate's AROUND hook, then the record's
     reporting hooks: the scheduler announce before ``__init__``, the record added
-    after ``get_internal_state``, the sizing read before the budget function."""
+    after ``get_internal_state``, the sizing read before the budget function, and
+    the audit's warning about unaudited draft workers after ``__init__``."""
     from sglang.srt.plugins.hook_registry import HookType
 
     from sglang_pd_lean.gates import all_gates
@@ -305,6 +323,7 @@ def test_each_hook_is_registered_with_its_own_function_and_timing(
             HookType.AFTER,
         ),
         (GATE_TARGETS["budget"], record.sizing_received, HookType.BEFORE),
+        (f"{record.SCHEDULER}.__init__", audit.warn_unaudited, HookType.AFTER),
     ]:
         expected.setdefault(target, []).append((timing, fn))
     held = {

@@ -20,6 +20,7 @@ from unittest import mock
 import pytest
 from formulas import binary, gdn_expected, load_config
 from helpers import server_fields, upstream_has
+from placeholder import Inputs, prepare
 
 from sglang_pd_lean import accounting, census, record
 from sglang_pd_lean.gates import pool
@@ -37,10 +38,8 @@ CELLS = list(
 
 def build(model: str, role: str, speculative: bool, is_draft_worker: bool):
     """(plugin build, upstream build) of the request pool for one worker."""
-    inputs = census.Inputs(
-        model=model, tp=2, max_running_requests=8, context_length=512
-    )
-    mc, linear = census.prepare(inputs)
+    inputs = Inputs(model=model, tp=2, max_running_requests=8, context_length=512)
+    mc, linear = prepare(inputs)
     fields = server_fields(inputs, role, speculative=speculative)
     with census.parallel(tp=inputs.tp), census.published(**fields) as server_args:
         layers = (0, mc.num_hidden_layers)

@@ -32,6 +32,7 @@ from unittest import mock
 import pytest
 import torch
 from helpers import server_fields
+from placeholder import Inputs, prepare
 
 from sglang_pd_lean import census
 from sglang_pd_lean.gates import pool
@@ -224,10 +225,10 @@ def prefill_target(model: str):
     FakeTensorMode so upstream's real build allocates nothing."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    inputs = census.Inputs(
+    inputs = Inputs(
         model=model, tp=2, max_running_requests=REQUESTS, context_length=512
     )
-    mc, _ = census.prepare(inputs)
+    mc, _ = prepare(inputs)
     with contextlib.ExitStack() as stack:
         stack.enter_context(census.parallel(tp=inputs.tp))
         server_args = stack.enter_context(

@@ -10,6 +10,7 @@ import logging
 import types
 
 from helpers import server_fields
+from placeholder import Inputs, prepare
 
 from sglang_pd_lean import accounting, census, plugin, record
 from sglang_pd_lean.gates import warmup
@@ -42,7 +43,7 @@ def test_warmup_gate_stays_acted_when_the_draft_worker_warms_up_after_the_target
     (upstream's warmup): ``/server_info`` must still say the gate acted."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
     with census.published(**fields) as server_args:
         for is_draft_worker in (False, True):
@@ -221,10 +222,10 @@ def test_the_budget_the_targets_sizing_receives_is_kept(fresh_plugin, configurat
 def request_pool(role: str, **launch):
     """SGLang's request pool for a Qwen3-Next EAGLE target (TP 2, 8 requests), built
     by upstream's own constructors under FakeTensorMode, ``launch`` fields set."""
-    inputs = census.Inputs(
+    inputs = Inputs(
         model="qwen3-next-80b-a3b", tp=2, max_running_requests=8, context_length=512
     )
-    mc, _ = census.prepare(inputs)
+    mc, _ = prepare(inputs)
     fields = {**server_fields(inputs, role), **launch}
     with census.parallel(tp=2), census.published(**fields) as server_args:
         conf = census.configurator(

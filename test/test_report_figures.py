@@ -39,10 +39,10 @@ PUBLISHED = {
     "b200": ("NVIDIA B200", 183359, 100, 148),
     "gb200": ("NVIDIA GB200", 189471, 100, 152),
 }
-# The GPU the README names as the report's default.
+# The GPU docs/report.md names as the report's default.
 README_DEFAULT_GPU = "h200"
 # Per rank, before the weights load: 1 GiB of CUDA context and communicators, as
-# the README states the formula (A = (T - C) x mem_fraction_static - weights).
+# docs/report.md states the formula (A = (T - C) x mem_fraction_static - weights).
 CONTEXT_GIB = 1.0
 
 

@@ -12,7 +12,7 @@ from formulas import GIB
 from helpers import NEXTN
 
 from sglang_pd_lean import cli
-from sglang_pd_lean.census import launch
+from sglang_pd_lean.census import gpu_probes, launch
 
 # nvidia-smi's memory.total (MiB) and the compute capability of each part.
 PUBLISHED = {
@@ -241,8 +241,61 @@ def test_every_sglang_module_holding_a_probe_by_name_answers_for_the_gpu(monkeyp
         and getattr(m, "is_cuda", None) is original
     ]
     assert holders, "no SGLang module holds is_cuda by name"
-    monkeypatch.setattr(launch, "_holders", {})
+    monkeypatch.setattr(gpu_probes, "_holders", {})
     with launch.on_gpu(launch.gpu_facts("h200")):
         assert [m.is_cuda() for m in holders] == [True] * len(holders)
         assert all(m.is_cuda is not original for m in holders)
     assert all(m.is_cuda is original for m in holders)
+
+
+def _raised(tmp_path, source: str) -> BaseException:
+    """What ``f()`` of a module written from ``source`` raises."""
+    import importlib.util
+
+    path = tmp_path / "refuses.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("refuses", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(Exception) as raised:
+        module.f()
+    return raised.value
+
+
+def test_an_error_without_a_message_names_the_whole_statement_that_raised(tmp_path):
+    """A bare ``assert`` over several lines: from its first line, on one line."""
+    from sglang_pd_lean.census.inputs import failure
+
+    exc = _raised(
+        tmp_path,
+        "def f(a=None, b=1):\n"
+        "    if a is None:\n"
+        "        assert (\n"
+        "            a is None\n"
+        "            and b is None\n"
+        "        )\n",
+    )
+    assert failure(exc) == (
+        f"AssertionError at {tmp_path / 'refuses.py'}:3: "
+        "assert (a is None and b is None)"
+    )
+
+
+def test_an_error_raised_in_a_compound_statements_header_names_the_header(tmp_path):
+    from sglang_pd_lean.census.inputs import failure
+
+    exc = _raised(
+        tmp_path,
+        "def f(xs=None):\n    for x in (\n        iter(xs)\n    ):\n        pass\n",
+    )
+    assert failure(exc) == "TypeError: 'NoneType' object is not iterable"
+    exc.args = ()  # the same error without its message
+    assert failure(exc) == (
+        f"TypeError at {tmp_path / 'refuses.py'}:2: for x in (iter(xs)):"
+    )
+
+
+def test_an_error_with_a_message_is_its_type_and_message():
+    from sglang_pd_lean.census.inputs import failure
+
+    assert failure(ValueError("no\n room")) == "ValueError: no room"

@@ -241,6 +241,33 @@ def test_bad_launch_input_is_one_line_and_exit_2(args, message, capsys):
     assert len(lines) == 1 and message in lines[0], lines
 
 
+def test_a_bare_assert_of_sglang_names_its_statement_and_place(capsys):
+    """TP 2 over 4 attention-DP ranks: SGLang refuses it with an ``assert`` that has
+    no message (0.5.17: ``server_args.py``, 0.5.23: ``arg_groups/parallel_hook.py``).
+    The line names the statement and its place in SGLang's code (file as from
+    site-packages, line), the innermost SGLang frame; still one line, exit 2."""
+    import re
+
+    import sglang
+
+    flags = ("--tp", "2", "--dp", "4", "--enable-dp-attention")
+    code, out, err = run(capsys, "--gpu", "h200", "--", *flags)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, lines
+    said = re.fullmatch(
+        r"sglang-pd-lean: error: SGLang rejects these launch flags: "
+        r"AssertionError at (sglang/\S+\.py):(\d+): (assert .+)",
+        lines[0],
+    )
+    assert said, lines[0]
+    path, line, statement = said.groups()
+    site = os.path.dirname(os.path.dirname(sglang.__file__))
+    with open(os.path.join(site, path)) as f:
+        source = f.read().splitlines()
+    assert statement.startswith(source[int(line) - 1].strip())
+    assert "tp_size" in statement
+
+
 def test_no_cache_parameters_from_sglang_is_one_line(qwen3_next, capsys, monkeypatch):
     """A config for which SGLang returns no linear cache parameters: one line."""
     from sglang.srt.configs import qwen3_next as config_module

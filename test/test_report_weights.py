@@ -334,7 +334,7 @@ def test_a_build_that_outlasts_its_time_is_killed_and_said(monkeypatch):
     monkeypatch.setattr(weights, "TIMEOUT_S", 0.5)
     monkeypatch.setattr(weights, "answer", _sleeps)
     build = weights.Build(None)
-    pid, fd = build._pid, build._read
+    pid, fd = build._process.pid, build._read
     got = build.result()
     assert got.error == "building the model took over 0.5 s"
     assert got.target_bytes == 0
@@ -344,7 +344,7 @@ def test_a_build_that_outlasts_its_time_is_killed_and_said(monkeypatch):
 def test_a_child_that_answers_no_json_is_said(monkeypatch):
     monkeypatch.setattr(weights, "answer", lambda server_args: b"not json")
     build = weights.Build(None)
-    pid = build._pid
+    pid = build._process.pid
     assert build.result().error == "the build process ended without an answer"
     assert _reaped(pid)
 
@@ -352,7 +352,7 @@ def test_a_child_that_answers_no_json_is_said(monkeypatch):
 def test_cancel_kills_and_reaps_the_child_and_closes_its_pipe(monkeypatch):
     monkeypatch.setattr(weights, "answer", _sleeps)
     build = weights.Build(None)
-    pid, fd = build._pid, build._read
+    pid, fd = build._process.pid, build._read
     build.cancel()
     assert _reaped(pid) and _closed(fd)
     assert build.result().error == "cancelled"
@@ -360,14 +360,31 @@ def test_cancel_kills_and_reaps_the_child_and_closes_its_pipe(monkeypatch):
 
 
 def test_a_host_that_cannot_fork_is_said_and_leaks_no_pipe(monkeypatch):
-    def refuse():
+    import multiprocessing
+
+    def refuse(process):
         raise OSError(11, "Resource temporarily unavailable")
 
     before = set(os.listdir("/proc/self/fd"))
-    monkeypatch.setattr(os, "fork", refuse)
+    fork = multiprocessing.get_context("fork")
+    monkeypatch.setattr(fork.Process, "_Popen", staticmethod(refuse))
     build = weights.Build(None)
     assert set(os.listdir("/proc/self/fd")) == before
     got = build.result()
     assert got.error == "cannot fork: [Errno 11] Resource temporarily unavailable"
     build.cancel()
     assert build.result().error == got.error
+
+
+def test_a_daemonic_process_that_may_not_fork_is_said_and_leaks_no_pipe(monkeypatch):
+    """multiprocessing forks no child from a daemonic process (a library caller in
+    a daemonic worker): the build says so and the other sources answer."""
+    import multiprocessing
+
+    before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setitem(multiprocessing.current_process()._config, "daemon", True)
+    build = weights.Build(None)
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert build.result().error == (
+        "cannot fork: daemonic processes are not allowed to have children"
+    )

@@ -7,10 +7,11 @@ import types
 
 import pytest
 from helpers import server_fields
+from placeholder import Inputs
 
 from sglang_pd_lean import census, role
 
-INPUTS = census.Inputs(model="qwen3-next-80b-a3b")
+INPUTS = Inputs(model="qwen3-next-80b-a3b")
 
 
 def judged(mode: str, *, speculative: bool = True, draft: bool = False, **extra):

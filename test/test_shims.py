@@ -2,7 +2,7 @@
 release, against what that release's own code answers.
 
 The weights-build shims (``publish_rank0``, ``init_dp_attention``,
-``attention_dp_size``, ``published_spec``) run in the report's forked build child
+``published_spec``) run in the report's forked build child
 (``census.weights``); here they run in the test process on the launch SGLang
 resolved, and what they change in SGLang (the published launch, the MoE and
 attention-DP flags, the parallel layout, torch's process groups) is put back after
@@ -18,7 +18,7 @@ import pytest
 from helpers import NEXTN, sglang_minor, tiny_model_folder
 
 from sglang_pd_lean import shims
-from sglang_pd_lean.census import launch, weights
+from sglang_pd_lean.census import launch, model_build, weights
 
 # The launch the weights-build tests resolve: rank 0 of TP 2 with DP attention over
 # 2 attention-DP ranks, a NEXTN draft, and a MoE runner other than SGLang's default.
@@ -117,7 +117,7 @@ def rank0_groups(server_args, sglang_state, monkeypatch):
         "tensor_model_parallel_size"
         in inspect.signature(ps.initialize_model_parallel).parameters
     ):  # up to 0.5.20 the widths are passed, later they are published
-        widths = weights._width_kwargs(server_args, ps, dp_attention)
+        widths = model_build._width_kwargs(server_args, ps, dp_attention)
     ps.initialize_model_parallel(backend="fake", **widths)
     return server_args
 
@@ -162,7 +162,7 @@ def test_rank_0s_attention_dp_has_the_launchs_width(rank0_groups):
     assert dp_attention.is_dp_attention_enabled()
     assert get_parallel().attn_dp_rank == 0
     assert get_parallel().attn_dp_size == DP
-    assert shims.attention_dp_size() == DP
+    assert model_build._built_widths()["attention DP"] == DP
 
 
 def test_a_nextn_draft_is_built_as_the_eagle_draft_sglang_resolved(
@@ -284,14 +284,14 @@ def test_the_attention_dp_width_is_the_one_the_launch_asked_for(
 
 
 # ------------------------------------------------------------------ the build, in-process
-# ``census.weights.build`` is what the report's forked child runs; here it runs in the
+# ``census.model_build.build`` is what the report's forked child runs; here it runs in the
 # test process (``sglang_state`` puts SGLang back), so that each of its steps is
 # checked where a test can see it, against the same model built by transformers.
 
 
 @pytest.fixture
 def built_in_process(sglang_state, monkeypatch):
-    """``weights.build`` on a resolved launch, in this process: the child's
+    """``model_build.build`` on a resolved launch, in this process: the child's
     environment set, and what the build changes beyond SGLang (logging switched
     off, the stand-in kernel module) put back."""
     import logging
@@ -301,7 +301,7 @@ def built_in_process(sglang_state, monkeypatch):
         monkeypatch.setenv(name, value)
     stand_ins = {n: sys.modules.get(n) for n in ("vllm", "vllm._custom_ops")}
     try:
-        yield weights.build
+        yield model_build.build
     finally:
         logging.disable(logging.NOTSET)
         for name, module in stand_ins.items():
@@ -405,14 +405,38 @@ def test_groups_of_another_ep_width_than_the_launchs_are_refused(
     from sglang.srt.distributed import parallel_state as ps
 
     shims.init_dp_attention(rank0_groups, ModelConfig.from_server_args(rank0_groups))
-    assert weights.check_widths(rank0_groups) == {"TP": TP, "EP": 1, "attention DP": DP}
+    assert model_build.check_widths(rank0_groups) == {
+        "TP": TP,
+        "EP": 1,
+        "attention DP": DP,
+    }
     monkeypatch.setattr(ps, "get_moe_expert_parallel_world_size", lambda: 4)
     monkeypatch.setattr(ps, "get_tensor_model_parallel_world_size", lambda: 8)
-    with pytest.raises(weights.WidthMismatch) as raised:
-        weights.check_widths(rank0_groups)
+    with pytest.raises(model_build.WidthMismatch) as raised:
+        model_build.check_widths(rank0_groups)
+    # TP 8 over the same attention TP 1: 8 attention-DP ranks.
     assert str(raised.value) == (
         "SGLang's groups have TP 8 (the launch resolved 2), "
-        "EP 4 (the launch resolved 1)"
+        "EP 4 (the launch resolved 1), attention DP 8 (the launch resolved 2)"
+    )
+
+
+def test_groups_of_another_attention_dp_width_than_the_launchs_are_refused(
+    rank0_groups, monkeypatch
+):
+    """The attention-DP width is read from the groups SGLang built (TP over
+    attention TP x CP), as TP and EP are: groups whose attention is whole on TP 2
+    (attention DP 1, e.g. built without DP attention) are not the launch's DP 2,
+    whatever SGLang's own attention-DP records say."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import parallel_state as ps
+
+    shims.init_dp_attention(rank0_groups, ModelConfig.from_server_args(rank0_groups))
+    monkeypatch.setattr(ps, "get_attn_tensor_model_parallel_world_size", lambda: TP)
+    with pytest.raises(model_build.WidthMismatch) as raised:
+        model_build.check_widths(rank0_groups)
+    assert str(raised.value) == (
+        f"SGLang's groups have attention DP 1 (the launch resolved {DP})"
     )
 
 
@@ -427,7 +451,7 @@ def test_a_release_that_takes_widths_gets_the_launchs_and_no_other(
 
     if not shims.accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
         pytest.skip("this SGLang reads the widths from the published launch")
-    got = weights._width_kwargs(server_args, ps, dp_attention)
+    got = model_build._width_kwargs(server_args, ps, dp_attention)
     assert got["tensor_model_parallel_size"] == TP
     assert got["pipeline_model_parallel_size"] == 1
     assert got["expert_model_parallel_size"] == 1
@@ -438,8 +462,8 @@ def test_a_release_that_takes_widths_gets_the_launchs_and_no_other(
         raise AssertionError("not called")
 
     bare = types.SimpleNamespace(initialize_model_parallel=narrowed)
-    with pytest.raises(weights.WidthMismatch) as raised:
-        weights._width_kwargs(server_args, bare, dp_attention)
+    with pytest.raises(model_build.WidthMismatch) as raised:
+        model_build._width_kwargs(server_args, bare, dp_attention)
     # Every width it no longer takes that is not 1, in one line; EP 1 is not one.
     assert str(raised.value) == (
         "this SGLang's initialize_model_parallel takes no "

@@ -523,3 +523,20 @@ def test_each_roles_mamba_sizing_names_how_sglang_set_its_slots():
             assert not result["resolved"][role]["disable_radix_cache"]
             sized = result["capacity"][role].column(col)
             assert sized.mamba_sizing == "automatic (ratio of the budget)", role
+
+
+def test_without_speculative_decoding_every_role_says_there_is_nothing_to_spend():
+    """A launch with no speculative algorithm: no role verifies, so the table's
+    advice part is one "nothing to spend" line per role, each saying so (not a
+    decode or unified server's verify step, which this launch does not have)."""
+    result = typed_census(
+        *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
+        *("--tp", "4", "--disaggregation-mode", "prefill"),
+    )
+    lines = cli.render_table(result).splitlines()
+    assert not any(line.startswith("How to spend") for line in lines)
+    reason = "no speculative decoding: no role verifies, so there is no verify state"
+    assert [line for line in lines if ": nothing to spend: " in line] == [
+        f"{title}: nothing to spend: {reason} to free."
+        for title in ("prefill target", "decode target", "unified (null)")
+    ]

@@ -29,6 +29,7 @@ from unittest import mock
 
 import pytest
 from helpers import server_fields, upstream_has
+from placeholder import Inputs, prepare
 
 from sglang_pd_lean import census, compat
 from sglang_pd_lean.role import upstream_behaviour
@@ -129,10 +130,10 @@ def built_pools(model: str, role: str):
     from sglang.srt.mem_cache import memory_pool
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    inputs = census.Inputs(
+    inputs = Inputs(
         model=model, tp=2, max_running_requests=REQUESTS, context_length=512
     )
-    mc, _ = census.prepare(inputs)
+    mc, _ = prepare(inputs)
     with contextlib.ExitStack() as stack:
         stack.enter_context(census.parallel(tp=inputs.tp))
         server_args = stack.enter_context(

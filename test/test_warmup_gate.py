@@ -18,6 +18,7 @@ import types
 import pytest
 import torch
 from helpers import server_fields, stand_in_model_runner
+from placeholder import Inputs
 
 from sglang_pd_lean import census
 
@@ -81,7 +82,7 @@ def dummy_run(role: str, *, speculative: bool = True, is_draft_worker: bool = Fa
     class Probe(BaseRunner):
         can_run_graph = load_batch = execute = None
 
-    inputs = census.Inputs(
+    inputs = Inputs(
         model="qwen3-next-80b-a3b", speculative_num_draft_tokens=DRAFT_TOKENS
     )
     fields = server_fields(inputs, role, speculative=speculative)
@@ -116,7 +117,7 @@ def test_prefill_target_spec_algorithm_is_restored_after_warmup():
     class Probe(BaseRunner):
         can_run_graph = load_batch = execute = None
 
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
     with census.published(**fields) as server_args:
         runner = object.__new__(Probe)
@@ -134,7 +135,7 @@ def test_the_operator_reads_once_that_the_warmup_ran_in_decode(caplog):
 
     from sglang_pd_lean.gates import warmup
 
-    inputs = census.Inputs(model="qwen3-next-80b-a3b")
+    inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
 
     def upstream(runner, *args, **kwargs):

@@ -118,7 +118,7 @@ def _register_hooks(decision) -> str:
     hooks, warn about what is off; the registration summary."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_pd_lean import record
+    from sglang_pd_lean import audit, record
     from sglang_pd_lean.upstream import missing_targets
 
     for hook in decision.hooks:
@@ -135,9 +135,10 @@ def _register_hooks(decision) -> str:
     record.registered(
         decision.version, {gate.name: gate.state for gate in decision.plans}, summary
     )
-    # Each reporting hook on its own: a missing target costs only its part.
+    # Each reporting hook (the record's, the audit's start-up warning) on its own:
+    # a missing target costs only its part.
     unreachable = []
-    for hook in record.hooks():
+    for hook in (*record.hooks(), *audit.hooks()):
         missing = missing_targets([hook.target])
         unreachable += missing
         if not missing:

@@ -13,7 +13,8 @@ an older or newer road elsewhere). Each seam names the part that needs it:
 - ``plugin``: the gates' hook targets and what the gates and the role read at run time;
 - ``record``: the scheduler hooks behind ``/server_info``;
 - ``report``: the census and the launch resolution (``sglang-pd-lean report``);
-- ``weights``: the report's build of SGLang's model classes.
+- ``weights``: the report's build of SGLang's model classes;
+- ``audit``: ``doctor``'s speculative audit (``audit.py``).
 
 ``test/test_seams.py`` resolves every entry on the installed release (CI runs it on
 every supported release); ``doctor`` lists what is missing and whether ``report`` can
@@ -36,6 +37,7 @@ class Part(str, Enum):
     RECORD = "record"  # the plugin's /server_info record
     REPORT = "report"  # sglang-pd-lean report: census and launch resolution
     WEIGHTS = "weights"  # report: the weights build from SGLang's model classes
+    AUDIT = "audit"  # doctor: what each speculative algorithm builds (audit.py)
 
     def __str__(self) -> str:
         return self.value
@@ -189,6 +191,27 @@ SEAMS: tuple[Seam, ...] = (
         )
     ),
     _s(f"{SCHEDULER}.__init__", Part.RECORD, "announces the gates once logging is up"),
+    # The speculative audit (doctor; and its start-up WARNING, after Scheduler.__init__).
+    _s(
+        f"{_SPEC}.spec_info.SpeculativeAlgorithm.create_worker",
+        Part.AUDIT,
+        "the worker class each speculative algorithm builds",
+    ),
+    _s(
+        f"{_SPEC}.spec_registry._REGISTRY",
+        Part.AUDIT,
+        "speculative algorithms a plugin registered",
+    ),
+    _s(
+        f"{_SPEC}.spec_registry._RESERVED_ALIASES",
+        Part.AUDIT,
+        "reserved spellings of an algorithm (NEXTN)",
+    ),
+    _s(
+        "sglang.srt.arg_groups.speculative_hook._resolve_speculative_algorithm_alias",
+        Part.AUDIT,
+        "what a reserved spelling resolves to",
+    ),
     _s(
         f"{SCHEDULER}.get_internal_state",
         Part.RECORD,
@@ -332,10 +355,14 @@ SEAMS: tuple[Seam, ...] = (
         "attention-DP groups",
     ),
     _s(
-        "sglang.srt.layers.dp_attention.get_attention_dp_size",
+        f"{_PS}.get_attn_tensor_model_parallel_world_size",
         Part.WEIGHTS,
-        "checks the attention-DP width built (0.5.21+: get_parallel)",
-        until=20,
+        "attention-TP width built (with CP: the attention-DP width)",
+    ),
+    _s(
+        f"{_PS}.get_attn_context_model_parallel_world_size",
+        Part.WEIGHTS,
+        "attention-CP width built (with TP: the attention-DP width)",
     ),
     _s("sglang.srt.configs.load_config.LoadConfig", Part.WEIGHTS, "dummy load"),
     _s(

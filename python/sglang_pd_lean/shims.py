@@ -148,18 +148,6 @@ def publish_rank0(server_args: Any) -> None:
         initialize_moe_config(server_args)
 
 
-def attention_dp_size() -> int:
-    """The attention-DP width SGLang's groups have (up to 0.5.20 ``dp_attention``
-    answers; later the published parallel layout)."""
-    from sglang.srt.layers import dp_attention
-
-    if hasattr(dp_attention, "get_attention_dp_size"):
-        return dp_attention.get_attention_dp_size()
-    from sglang.srt.runtime_context import get_parallel
-
-    return get_parallel().attn_dp_size
-
-
 def init_dp_attention(server_args: Any, model_config: Any) -> None:
     """SGLang's attention-DP set-up (later releases also take the model config)."""
     from sglang.srt.layers import dp_attention

@@ -105,11 +105,13 @@ def code_names(code: types.CodeType) -> frozenset[str]:
 @functools.lru_cache(maxsize=None)
 def code_strings(code: types.CodeType) -> frozenset[str]:
     """The string constants in ``code`` and its nested code (the literal parts of
-    an f-string included)."""
+    an f-string, and a constant tuple's strings: ``x in ("a", "b")``, included)."""
     strings = set()
     for const in code.co_consts:
         if isinstance(const, str):
             strings.add(const)
+        elif isinstance(const, (tuple, frozenset)):
+            strings.update(item for item in const if isinstance(item, str))
         elif isinstance(const, types.CodeType):
             strings |= code_strings(const)
     return frozenset(strings)

@@ -25,13 +25,16 @@ column says so with SGLang's reason. Bad input, and any error SGLang raises on a
 config, is a one-line ``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
 
 Modules, one job each: ``inputs`` (what the operator asks, checked before SGLang's
-import), ``model`` (SGLang's model and linear-state configs), ``pools`` (the
+import), ``model`` (SGLang's linear-state config and pipeline stage), ``pools`` (the
 configurator and the request pool under fake tensors), ``sizing`` (SGLang's budget
-code), ``warmup`` (transient buffers), ``roles`` (one role's columns), ``launch``
-(flags -> ``ServerArgs`` on a named GPU), ``memory`` and ``weights`` (memory per
-rank), ``server`` (the road: one result from the roles' plans), ``results`` (the
-typed results: pool summary, sizing, weights build, capacity, advice; JSON only where
-the report prints it), ``advice`` and ``served`` (a live server's own arguments). The
+code), ``warmup`` (transient buffers), ``roles`` (one role's columns), ``gpus`` (the
+GPUs a report can name), ``gpu_probes`` (SGLang's platform probes answering for
+one), ``launch`` (flags -> ``ServerArgs`` on a named GPU), ``memory`` (memory per
+rank), ``weights`` (the weights build's child) and ``model_build`` (what it builds:
+SGLang's groups and models for rank 0), ``server`` (the road: one result from the
+roles' plans), ``results`` (the typed results: pool summary, sizing, weights build,
+capacity, advice; JSON only where the report prints it), ``advice`` and ``served``
+(a live server's own arguments). The
 runtime plugin never imports this package; bytes per component come from
 ``sglang_pd_lean.accounting``.
 """
@@ -43,6 +46,7 @@ from sglang_pd_lean.accounting import (
     component_bytes,
     pool_tensors,
 )
+from sglang_pd_lean.census.gpus import gpu_facts
 from sglang_pd_lean.census.inputs import (
     DEFAULT_MODEL,
     MAMBA_RADIX_CACHE_STRATEGIES,
@@ -52,15 +56,14 @@ from sglang_pd_lean.census.inputs import (
     ROLES,
     SSM_DTYPES,
     CensusError,
-    Inputs,
     bundled_models,
+    check_slots,
     config_path,
     one_line,
     read_config_dict,
     sglang_rejects,
 )
-from sglang_pd_lean.census.launch import gpu_facts, shorthand_argv
-from sglang_pd_lean.census.model import model_config, prepare
+from sglang_pd_lean.census.launch import shorthand_argv
 from sglang_pd_lean.census.pools import (
     build_request_pool,
     configurator,
@@ -84,20 +87,18 @@ __all__ = [
     "SSM_DTYPES",
     "VERIFY_ONLY",
     "CensusError",
-    "Inputs",
     "Launch",
     "autotune_buffer_bytes",
     "build_request_pool",
     "bundled_models",
+    "check_slots",
     "component_bytes",
     "config_path",
     "configurator",
     "gpu_facts",
-    "model_config",
     "one_line",
     "parallel",
     "pool_tensors",
-    "prepare",
     "published",
     "read_config_dict",
     "run_launch",

@@ -13,14 +13,15 @@ the flags as launched (today's split). Every figure comes from running the launc
 again (SGLang's resolution, memory per rank and sizing) with the flags appended to
 the prefill server's flags; the search in (b) asks that same road at each step.
 Where the plugin changes nothing (a decode or unified server, a prefill target whose
-SGLang already leaves the verify state out) ``nothing_to_spend`` says why.
+SGLang already leaves the verify state out, a launch without speculative decoding)
+``nothing_to_spend`` says why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from sglang_pd_lean.census.inputs import MAX_SLOTS
+from sglang_pd_lean.census.inputs import MAX_SLOTS, ROLES
 from sglang_pd_lean.census.launch import resolve, resolved_fields, role_argv
 from sglang_pd_lean.census.memory import Weights
 from sglang_pd_lean.census.pools import configurator, published
@@ -37,6 +38,10 @@ VERIFYING = {
     "null": "a unified server verifies its own drafts: the plugin leaves it as "
     "upstream builds it",
 }
+# Every role's reason where the launch has no speculative decoding.
+UNSPECULATIVE = (
+    "no speculative decoding: no role verifies, so there is no verify state to free"
+)
 
 
 def nothing_to_spend(result: dict) -> dict[str, str]:
@@ -46,11 +51,8 @@ def nothing_to_spend(result: dict) -> dict[str, str]:
     upstream, plugin = capacity.upstream, capacity.plugin
     version = result["sglang_version"]
     if result["resolved"]["prefill"]["speculative_algorithm"] is None:
-        reasons["prefill"] = (
-            "no speculative decoding: no role verifies, so there is no verify "
-            "state to free"
-        )
-    elif not plugin.fits:
+        return dict.fromkeys(ROLES, UNSPECULATIVE)
+    if not plugin.fits:
         reasons["prefill"] = f"does not fit even with the plugin: {plugin.reason}"
     elif (
         upstream.fits

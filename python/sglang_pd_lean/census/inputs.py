@@ -1,20 +1,20 @@
-"""What the operator asks about: the census inputs, the model's config.json, the guard
-that keeps bad input to one line before SGLang's (slow) import.
+"""What the operator asks about: the model's config.json, the caps that keep the host
+safe, and the guard that keeps bad input to one line before SGLang's (slow) import.
 
-    inputs = Inputs(model="qwen3-next-80b-a3b", tp=4)
-    inputs.validate()
-    data = read_config_dict(inputs)  # plain Python: no SGLang import yet
+    check_slots(max_running_requests=256, max_mamba_cache_size=None)
+    data = read_config_dict(model="qwen3-next-80b-a3b")  # plain Python: no SGLang yet
 
-Every error meant for the operator is a ``CensusError`` with a one-line message.
+Every error meant for the operator is a ``CensusError`` with a one-line message;
+an error SGLang raises is one line too (``failure``: its message, or where a bare
+``assert`` stands in SGLang's code).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import math
 import os
+import re
 import stat
 from collections.abc import Iterator
 
@@ -54,72 +54,15 @@ class CensusError(ValueError):
     """Bad input for the census: the message is one line for the operator."""
 
 
-@dataclasses.dataclass
-class Inputs:
-    model: str | None = None  # a bundled model name
-    config: str | None = None  # a config.json or a model folder
-    tp: int = 1
-    pp: int = 1
-    max_running_requests: int = 256
-    max_mamba_cache_size: int | None = None
-    speculative_num_draft_tokens: int = 4
-    mamba_ssm_dtype: str | None = None  # default: the model's
-    context_length: int | None = None  # default: the model's
-    available_gib: float | None = None  # SGLang's total_rest_memory: sizes the pools
-    disable_radix_cache: bool = False
-    page_size: int = 1
-    mamba_radix_cache_strategy: str | None = None  # default: ServerArgs' own
-
-    def validate(self) -> None:
-        """Raise CensusError for anything the census cannot run on (library guard)."""
-        counts = {
-            "tp": self.tp,
-            "pp": self.pp,
-            "max_running_requests": self.max_running_requests,
-            "speculative_num_draft_tokens": self.speculative_num_draft_tokens,
-            "page_size": self.page_size,
-            "max_mamba_cache_size": self.max_mamba_cache_size,
-            "context_length": self.context_length,
-        }
-        for name, value in counts.items():
-            flag = f"--{name.replace('_', '-')}"
-            if value is None and name in ("max_mamba_cache_size", "context_length"):
-                continue
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise CensusError(f"{flag} must be a whole number, got {value!r}")
-            if value <= 0:
-                raise CensusError(f"{flag} must be positive, got {value}")
-        for name in ("max_running_requests", "max_mamba_cache_size"):
-            value = counts[name]
-            if value is not None and value > MAX_SLOTS:
-                raise CensusError(
-                    f"--{name.replace('_', '-')} {value:,} is more than the census "
-                    f"builds ({MAX_SLOTS:,} slots)"
-                )
-        if self.available_gib is not None:
-            value = self.available_gib
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
-                raise CensusError(
-                    f"--available-gib must be a positive finite number, got {value!r}"
-                )
-        if self.mamba_ssm_dtype not in (None, *SSM_DTYPES):
+def check_slots(**counts: int | None) -> None:
+    """One CensusError line for a request or slot count (flag dest -> value, None:
+    not given) over what the census builds, ``MAX_SLOTS``."""
+    for dest, value in counts.items():
+        if value is not None and value > MAX_SLOTS:
             raise CensusError(
-                f"--mamba-ssm-dtype must be one of {', '.join(SSM_DTYPES)}, "
-                f"got {self.mamba_ssm_dtype!r}"
+                f"--{dest.replace('_', '-')} {value:,} is more than the census "
+                f"builds ({MAX_SLOTS:,} slots)"
             )
-        if self.mamba_radix_cache_strategy not in (None, *MAMBA_RADIX_CACHE_STRATEGIES):
-            raise CensusError(
-                f"--mamba-radix-cache-strategy must be one of "
-                f"{', '.join(MAMBA_RADIX_CACHE_STRATEGIES)}, "
-                f"got {self.mamba_radix_cache_strategy!r}"
-            )
-        if (self.model is None) == (self.config is None):
-            raise CensusError("give exactly one of --model NAME or --config PATH")
 
 
 def bundled_models() -> list[str]:
@@ -130,26 +73,26 @@ def bundled_models() -> list[str]:
     )
 
 
-def config_path(inputs: Inputs) -> str:
-    """The config.json the census reads: a bundled model's, the file given, or the
-    config.json inside the folder given."""
-    if inputs.model is not None:
-        path = os.path.join(MODELS_DIR, f"{inputs.model}.json")
+def config_path(*, model: str | None = None, config: str | None = None) -> str:
+    """The config.json the census reads: the bundled ``model``'s, or the file
+    ``config`` names, or the config.json inside the folder it names."""
+    if model is not None:
+        path = os.path.join(MODELS_DIR, f"{model}.json")
         if not os.path.isfile(path):
             raise CensusError(
-                f"unknown model {inputs.model!r}; bundled: {', '.join(bundled_models())}"
+                f"unknown model {model!r}; bundled: {', '.join(bundled_models())}"
             )
         return path
-    path = inputs.config
+    path = config
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
     return path
 
 
-def read_config_dict(inputs: Inputs) -> dict:
-    """The config as a dict; plain Python, so bad input is found before SGLang's
-    import. Reads a regular file of at most MAX_CONFIG_BYTES."""
-    path = config_path(inputs)
+def read_config_dict(*, model: str | None = None, config: str | None = None) -> dict:
+    """The config (``config_path``) as a dict; plain Python, so bad input is found
+    before SGLang's import. Reads a regular file of at most MAX_CONFIG_BYTES."""
+    path = config_path(model=model, config=config)
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
         if regular:
@@ -181,13 +124,81 @@ def sglang_rejects(what: str) -> Iterator[None]:
     except CensusError:
         raise
     except Exception as exc:
-        raise CensusError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from exc
+        raise CensusError(f"{what}: {failure(exc)}") from exc
 
 
 def one_line(exc: BaseException, limit: int = 400) -> str:
     """An exception's message on one line, at most ``limit`` characters."""
-    text = " ".join(str(exc).split())
+    return _clipped(str(exc), limit)
+
+
+def _clipped(text: str, limit: int = 400) -> str:
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure(exc: BaseException) -> str:
+    """``exc`` as one line: its type and message; where it has no message (a bare
+    ``assert``), its type and where it was raised instead (``raised_at``)."""
+    message = one_line(exc)
+    if message:
+        return f"{type(exc).__name__}: {message}"
+    return f"{type(exc).__name__} at {raised_at(exc)}"
+
+
+def raised_at(exc: BaseException) -> str:
+    """``file:line: statement`` of the innermost frame of ``exc``'s traceback in
+    SGLang's code (else the innermost frame): the file as from site-packages
+    (``sglang/srt/server_args.py``), the statement as its source reads, from its
+    first line (a compound statement's header only)."""
+    import sys
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "an unknown place"
+    sglang = getattr(sys.modules.get("sglang"), "__file__", None)
+    site = os.path.dirname(os.path.dirname(sglang)) if sglang else None
+    inside = [f for f in frames if site and _under(f.filename, site, "sglang")]
+    frame = (inside or frames)[-1]
+    path = frame.filename
+    if site and _under(path, site):
+        path = os.path.relpath(path, site)
+    first, source = _statement(frame.filename, frame.lineno)
+    return _clipped(f"{path}:{first}: {source or '(no source)'}")
+
+
+def _under(path: str, *folders: str) -> bool:
+    return path.startswith(os.path.join(*folders) + os.sep)
+
+
+def _statement(filename: str, line: int) -> tuple[int, str]:
+    """(first line, source on one line) of the innermost statement of ``filename``
+    holding ``line`` (of a compound statement, its header); the line alone where
+    the source does not parse."""
+    import ast
+    import linecache
+
+    lines = linecache.getlines(filename)
+    first = last = line
+    try:
+        nodes = ast.walk(ast.parse("".join(lines)))
+    except (SyntaxError, ValueError):
+        nodes = iter(())
+    held = [
+        node
+        for node in nodes
+        if isinstance(node, ast.stmt) and node.lineno <= line <= node.end_lineno
+    ]
+    if held:
+        node = min(held, key=lambda n: n.end_lineno - n.lineno)
+        body = getattr(node, "body", None)
+        first = node.lineno
+        last = body[0].lineno - 1 if isinstance(body, list) else node.end_lineno
+        if not first <= line <= last:  # not in the header: the line alone
+            first = last = line
+    text = " ".join(text.strip() for text in lines[first - 1 : last])
+    return first, re.sub(r"(?<=[(\[{]) | (?=[)\]}])", "", text)
 
 
 # Config fields that name linear-attention layers, whatever the architecture.

@@ -1,7 +1,8 @@
-"""The model as SGLang sees it: its ``ModelConfig``, its linear-attention state config,
-the pipeline stage that sets the peak, and the ssm dtype the server would use.
+"""The model as SGLang sees it: its linear-attention state config and cache
+parameters, and the pipeline stage that sets the peak (``census.server.rank_model``
+builds SGLang's ``ModelConfig`` from the resolved launch and asks these).
 
-    mc, linear = prepare(inputs)  # SGLang's own config classes and loader
+    linear = linear_of(mc, data)  # SGLang's own linear-state (mambaish) config
     layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
 
 SGLang reads a model folder; the census writes the config.json it was given into a
@@ -17,13 +18,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from sglang_pd_lean.census.inputs import (
-    CensusError,
-    Inputs,
-    linear_hints,
-    read_config_dict,
-    sglang_rejects,
-)
+from sglang_pd_lean.census.inputs import CensusError, linear_hints, sglang_rejects
 
 _model_folders: dict[str, str] = {}
 
@@ -40,27 +35,10 @@ def model_folder(data: dict) -> str:
     return _model_folders[key]
 
 
-def model_config(data: dict, *, context_length: int | None) -> Any:
-    """SGLang's own ModelConfig for the config (its config classes and loader)."""
-    from sglang.srt.configs.model_config import ModelConfig
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    with sglang_rejects("SGLang cannot load this config"):
-        return ModelConfig(model_folder(data), context_length=context_length)
-
-
 def linear_state_config(mc) -> Any:
     from sglang.srt.configs.hybrid_arch import mambaish_config
 
     return mambaish_config(mc)
-
-
-def prepare(inputs: Inputs):
-    """Validate inputs and load the model: (SGLang ModelConfig, linear-state config)."""
-    inputs.validate()
-    data = read_config_dict(inputs)
-    mc = model_config(data, context_length=inputs.context_length)
-    return mc, linear_of(mc, data)
 
 
 def linear_of(mc, data: dict) -> Any:

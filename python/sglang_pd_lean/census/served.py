@@ -20,8 +20,8 @@ import json
 import os
 from typing import Any
 
+from sglang_pd_lean.census.gpus import Gpu
 from sglang_pd_lean.census.inputs import CensusError
-from sglang_pd_lean.census.launch import Gpu
 
 REDACTED = "<redacted>"
 

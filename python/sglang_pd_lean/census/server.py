@@ -25,7 +25,6 @@ from sglang_pd_lean.census.inputs import (
     DEFAULT_MODEL,
     ROLES,
     CensusError,
-    Inputs,
     read_config_dict,
     sglang_rejects,
 )
@@ -91,11 +90,11 @@ def launch_argv(launch: Launch) -> tuple[list[str], str, str]:
         )
     if path is None and not launch.config:
         name = launch.model or DEFAULT_MODEL
-        data = read_config_dict(Inputs(model=name))
+        data = read_config_dict(model=name)
         folder = model_folder(data)
         return [*launch.argv, "--model-path", folder], folder, name
     given = launch.config or path
-    data = read_config_dict(Inputs(config=given))
+    data = read_config_dict(config=given)
     if os.path.isdir(given):
         folder = given
     elif os.path.basename(given) == "config.json":
@@ -168,7 +167,7 @@ def rank_model(base: dict, folder: str) -> RankModel:
     them)."""
     from sglang.srt.configs.model_config import ModelConfig
 
-    data = read_config_dict(Inputs(config=folder))
+    data = read_config_dict(config=folder)
     with published(**base) as server_args:
         with sglang_rejects("SGLang cannot load this config"):
             mc = ModelConfig.from_server_args(server_args)

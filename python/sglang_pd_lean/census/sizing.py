@@ -11,7 +11,7 @@ where SGLang would stop the server the result says so with SGLang's reason.
 
 from __future__ import annotations
 
-from sglang_pd_lean.census.inputs import one_line
+from sglang_pd_lean.census.inputs import failure
 from sglang_pd_lean.census.results import Sizing
 from sglang_pd_lean.shims import setting
 from sglang_pd_lean.units import GIB
@@ -46,7 +46,7 @@ def size_budget(conf, available_gib: float, server_args) -> Sizing:
     except (RuntimeError, ValueError, AssertionError) as exc:
         return Sizing(
             fits=False,
-            reason=f"SGLang stops: {type(exc).__name__}: {one_line(exc)}",
+            reason=f"SGLang stops: {failure(exc)}",
         )
     return Sizing(
         fits=True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from sglang_pd_lean import __version__
-from sglang_pd_lean.census.launch import DEFAULT_GPU, GPUS, LOCAL
+from sglang_pd_lean.census.gpus import DEFAULT_GPU, GPUS, LOCAL
 
 
 class UsageError(Exception):

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from sglang_pd_lean.census.inputs import MAX_SLOTS, CensusError
+from sglang_pd_lean.census.inputs import CensusError, check_slots
 from sglang_pd_lean.cli.args import UsageError, parse
 from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
@@ -90,13 +90,10 @@ def report_launch(args) -> tuple:
     from sglang_pd_lean.census.launch import SHORTHAND, gpu_facts, shorthand_argv
     from sglang_pd_lean.census.server import Launch
 
-    for dest in ("max_running_requests", "max_mamba_cache_size"):
-        value = getattr(args, dest)
-        if value is not None and value > MAX_SLOTS:
-            raise CensusError(
-                f"--{dest.replace('_', '-')} {value:,} is more than the census "
-                f"builds ({MAX_SLOTS:,} slots)"
-            )
+    check_slots(
+        max_running_requests=args.max_running_requests,
+        max_mamba_cache_size=args.max_mamba_cache_size,
+    )
     alone = args.launch is None
     shorthand = shorthand_argv(
         {dest: getattr(args, dest) for dest in SHORTHAND}, alone=alone

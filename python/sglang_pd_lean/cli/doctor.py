@@ -46,6 +46,7 @@ def doctor_report() -> dict:
         }
         for gate in decision.plans
     ]
+    speculative = speculative_audit() if decision.version else None
     return {
         "sglang_version": decision.version,
         "supported": supported,
@@ -68,7 +69,83 @@ def doctor_report() -> dict:
         ],
         "report_can_run": supported and not report_missing,
         "seams": every,
+        "speculative": speculative,
     }
+
+
+def speculative_audit() -> dict:
+    """``audit.matrix()`` as JSON: per speculative algorithm of the installed
+    SGLang, what a PD prefill server builds only for a verify step; where the audit
+    cannot read SGLang's dispatch, the error instead of rows."""
+    from sglang_pd_lean import audit
+
+    try:
+        return {**audit.as_json(audit.matrix()), "error": None}
+    except Exception as exc:  # doctor still reports the gates
+        return {
+            **audit.as_json([]),
+            "error": f"{type(exc).__name__}: {exc}",
+        }
+
+
+def speculative_lines(speculative: dict) -> list[str]:
+    """doctor's text for the audit: one row per algorithm, one column per piece,
+    then a line for each piece still built or not audited, saying why."""
+    if speculative is None:
+        return []
+    head = (
+        "speculative algorithms on a PD prefill server "
+        "(pieces only a verify step uses):"
+    )
+    if speculative["error"]:
+        return [head, f"  audit failed: {speculative['error']}"]
+    pieces = speculative["pieces"]
+    rows = speculative["rows"]
+    labels = [row_label(row) for row in rows]
+    workers = [(row["worker"] or "?").rpartition(".")[2] for row in rows]
+    cells = [
+        [CELL_WORDS[row["cells"][p["key"]]["state"]] for p in pieces] for row in rows
+    ]
+    columns = [
+        ["algorithm", *labels],
+        ["worker", *workers],
+        *[[p["title"], *(c[i] for c in cells)] for i, p in enumerate(pieces)],
+    ]
+    widths = [max(len(text) for text in column) + 2 for column in columns]
+    lines = [head]
+    for i in range(len(rows) + 1):
+        text = "".join(f"{col[i]:{w}}" for col, w in zip(columns, widths))
+        lines.append("  " + text.rstrip())
+    lines.append(
+        "  native: SGLang skips it; plugin: the plugin removes it; built: still "
+        "built (below); -: not present"
+    )
+    for label, row in zip(labels, rows):
+        for p in pieces:
+            cell = row["cells"][p["key"]]
+            if cell["state"] in ("still built", "not audited"):
+                lines.append(
+                    f"  {label}: {p['title']} {cell['state']}: {cell['detail']}"
+                )
+    return lines
+
+
+def row_label(row: dict) -> str:
+    """An algorithm row's name: its algorithms, and the flags that choose it."""
+    text = ", ".join(row["algorithms"])
+    if row["flags"]:
+        text += " + " + " ".join("--" + f.replace("_", "-") for f in row["flags"])
+    return text
+
+
+# An audit state in a table cell.
+CELL_WORDS = {
+    "native upstream": "native",
+    "removed by the plugin": "plugin",
+    "still built": "built",
+    "not present": "-",
+    "not audited": "not audited",
+}
 
 
 def cmd_doctor(args) -> int:
@@ -95,9 +172,12 @@ def cmd_doctor(args) -> int:
     print(f"SGLang {version}")
     print(f"supported: {'yes' if report['supported'] else 'no'} ({low} to {high})")
     width = max(len(gate["state"]) for gate in report["gates"]) + 2
-    print(f"{'gate':13}{'state':{width}}detail")
+    names = name_width(report["gates"])
+    print(f"{'gate':{names}}{'state':{width}}detail")
     for gate in report["gates"]:
-        print(f"{gate['name']:13}{gate['state']:{width}}{gate['detail']}")
+        print(f"{gate['name']:{names}}{gate['state']:{width}}{gate['detail']}")
+    for line in speculative_lines(report["speculative"]):
+        print(line)
     for line in report["missing_hook_targets"]:
         print(f"missing hook target: {line}")
     for name in report["unhandled_gates"]:
@@ -111,6 +191,11 @@ def cmd_doctor(args) -> int:
     else:
         print("report: cannot run on this SGLang (see the missing seams above)")
     return 0 if ok else 1
+
+
+def name_width(gates: list[dict]) -> int:
+    """The gate column of doctor's text: 13, or the longest name and 2 spaces."""
+    return max(13, *(len(gate["name"]) + 2 for gate in gates))
 
 
 # A gate's state in docs/releases.md, short.
@@ -133,6 +218,41 @@ def release_row(report: dict) -> str:
     missing = [m["seam"].rsplit(".", 1)[-1] for m in report["missing_seams"]]
     cells.append(", ".join(missing) or "none")
     return "| " + " | ".join(cells) + " |"
+
+
+def speculative_rows(report: dict) -> list[str]:
+    """One release's rows of docs/releases.md's speculative table, from its
+    ``doctor --json``: a row per algorithm, a cell per piece (with the flags where
+    it is still built)."""
+    speculative = report["speculative"]
+    if speculative["error"]:
+        version, error = report["sglang_version"], speculative["error"]
+        return [f"| {version} | audit failed: {error} |"]
+    out = []
+    for row in speculative["rows"]:
+        cells = [
+            report["sglang_version"],
+            row_label(row),
+            (row["worker"] or "?").rpartition(".")[2],
+        ]
+        for piece in speculative["pieces"]:
+            cell = row["cells"][piece["key"]]
+            word = CELL_WORDS.get(cell["state"], cell["state"])
+            if cell["state"] == "still built":
+                word += " " + cell["detail"].split(":", 1)[0]
+            cells.append(word)
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def speculative_table(reports: list[dict]) -> str:
+    """docs/releases.md's speculative table: every release's rows."""
+    pieces = reports[0]["speculative"]["pieces"]
+    head = ["SGLang", "algorithm", "worker", *(p["title"] for p in pieces)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for report in reports:
+        lines += speculative_rows(report)
+    return "\n".join(lines)
 
 
 def release_table(reports: list[dict]) -> str:

@@ -20,12 +20,26 @@ def all_gates() -> list[Gate]:
     from sglang_pd_lean.gates import (
         autotune,
         budget,
+        dflash_graph,
         draft_graph,
+        frozen_kv_graph,
         graph,
+        multi_layer_graph,
         pool,
         replayssm,
         warmup,
     )
 
-    modules = (pool, graph, warmup, budget, draft_graph, autotune, replayssm)
+    modules = (
+        pool,
+        graph,
+        warmup,
+        budget,
+        draft_graph,
+        autotune,
+        frozen_kv_graph,
+        multi_layer_graph,
+        dflash_graph,
+        replayssm,
+    )
     return [module.GATE for module in modules]

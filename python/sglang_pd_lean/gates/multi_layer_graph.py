@@ -1,0 +1,64 @@
+"""Multi-layer EAGLE graph gate: a prefill server's multi-layer EAGLE draft worker
+captures no draft-extend CUDA graphs.
+
+Hooks (AROUND) ``MultiLayerEagleDraftWorker._capture_cuda_graphs`` in
+``sglang/srt/speculative/multi_layer_eagle_worker_v2.py`` (EAGLE, EAGLE3 or NEXTN
+with ``--enable-multi-layer-eagle``), SGLang 0.5.16 to 0.5.23. This worker drafts
+inside its multi-step draft-extend graphs (``MultiLayerEagle...DraftExtend...
+GraphRunner``), which replay only in the draft extend that follows a target verify
+(its draft extend after a prefill runs eager); it has no separate draft decode graph
+(``cuda_graph_runner`` stays None). Upstream captures them whenever the decode graph
+backend is set (``--cuda-graph-backend-decode ...``), exactly as EAGLE's worker does,
+also on a prefill server, and never replays them there.
+
+When the server's target cannot verify, the hook lets upstream run on a view of the
+draft worker on which two attributes are tripwires: ``gpu_id``, read (0.5.17+) only
+to measure memory right before the capture, and ``draft_runner_list``, the first
+thing 0.5.16 reads once past its early returns. Upstream first sets both runners to
+None (on the worker: the view writes through), then takes its own early returns (CPU
+engine, no decode graph backend, ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``): the
+gate steps aside with upstream's result. A tripped wire leaves the worker as those
+returns leave it (both runners None: "run the draft extend eagerly"). Nothing here
+assumes a hybrid model or a mamba pool.
+
+Deliberately left alone: the draft's prefill graph and every other draft worker.
+"""
+
+from __future__ import annotations
+
+from sglang_pd_lean import seams
+from sglang_pd_lean.gates.base import (
+    Acted,
+    Call,
+    Gate,
+    ReadThrough,
+    SteppedAside,
+    Tripwire,
+    until_tripped,
+)
+
+
+class MultiLayerGraphGate(Gate):
+    name = "multi_layer_graph"
+    summary = "no multi-layer EAGLE draft-extend CUDA graphs on a prefill server"
+    targets = seams.HOOK_TARGETS["multi_layer_graph"]
+    native_markers = ("disaggregation_mode",)
+    # The draft's graphs replay only after a target verify: ask about the target.
+    judge_as_target = True
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        draft_worker, *rest = call.args
+        probe = ReadThrough(
+            draft_worker, gpu_id=Tripwire(), draft_runner_list=Tripwire()
+        )
+        tripped, result = until_tripped(call.original, probe, *rest, **call.kwargs)
+        if not tripped:
+            return SteppedAside(result, "upstream captures no draft graphs here")
+        draft_worker.cuda_graph_runner = None
+        draft_worker.cuda_graph_runner_for_draft_extend = None
+        return Acted(
+            None, "skipped the multi-layer EAGLE draft-extend graph captures"
+        )
+
+
+GATE = MultiLayerGraphGate()
