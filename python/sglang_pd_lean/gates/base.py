@@ -77,8 +77,10 @@ class Gate:
     judge_as_target: ClassVar[bool] = False
     _contract: ClassVar[tuple[str, ...]] = ("name", "summary", "targets")
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if abstract:  # a shared opening for gates of one kind, not a gate
+            return
         missing = [attr for attr in cls._contract if not hasattr(cls, attr)]
         if missing:
             raise TypeError(
@@ -161,6 +163,38 @@ class Gate:
                 f"TARGET_VERIFY; {outcome.detail}"
             )
         return outcome.result
+
+
+class DraftCaptureGate(Gate, abstract=True):
+    """A draft worker's CUDA graph capture whose graphs replay only after a target
+    verify: where the server's target cannot verify, upstream runs on a view of the
+    draft worker whose ``wires`` are tripwires (attributes upstream reads only once
+    it is about to capture). An early return is upstream's own no-capture result
+    (step aside); a tripped wire leaves the worker as an early return would (the
+    ``runners`` None: "run eagerly") and captures nothing."""
+
+    native_markers = ("disaggregation_mode",)
+    # The draft's graphs replay only after a target verify: ask about the target.
+    judge_as_target = True
+    wires: ClassVar[tuple[str, ...]] = ("gpu_id",)
+    runners: ClassVar[tuple[str, ...]] = ()  # set to None where a wire trips
+    skipped: ClassVar[str]  # what the log line says was skipped
+    _contract = (*Gate._contract, "skipped")
+
+    def run_upstream(self, call: Call, probe: Any) -> tuple[bool, Any]:
+        """(whether a wire tripped, upstream's result where none did)."""
+        _, *rest = call.args
+        return until_tripped(call.original, probe, *rest, **call.kwargs)
+
+    def act(self, call: Call) -> Acted | SteppedAside:
+        draft_worker = call.args[0]
+        wires = {wire: Tripwire() for wire in self.wires}
+        tripped, result = self.run_upstream(call, ReadThrough(draft_worker, **wires))
+        if not tripped:
+            return SteppedAside(result, "upstream captures no draft graphs here")
+        for runner in self.runners:
+            setattr(draft_worker, runner, None)
+        return Acted(None, self.skipped)
 
 
 class ReadThrough:

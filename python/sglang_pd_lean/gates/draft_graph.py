@@ -21,34 +21,15 @@ workers (multi-layer EAGLE, frozen-KV MTP, DFLASH) are left alone.
 from __future__ import annotations
 
 from sglang_pd_lean import seams
-from sglang_pd_lean.gates.base import (
-    Acted,
-    Call,
-    Gate,
-    ReadThrough,
-    SteppedAside,
-    Tripwire,
-    until_tripped,
-)
+from sglang_pd_lean.gates.base import DraftCaptureGate
 
 
-class DraftGraphGate(Gate):
+class DraftGraphGate(DraftCaptureGate):
     name = "draft_graph"
     summary = "no draft decode / draft-extend CUDA graphs on a prefill server"
     targets = seams.HOOK_TARGETS["draft_graph"]
-    native_markers = ("disaggregation_mode",)
-    # The draft's graphs replay only after a target verify: ask about the target.
-    judge_as_target = True
-
-    def act(self, call: Call) -> Acted | SteppedAside:
-        draft_worker, *rest = call.args
-        probe = ReadThrough(draft_worker, gpu_id=Tripwire())
-        tripped, result = until_tripped(call.original, probe, *rest, **call.kwargs)
-        if not tripped:
-            return SteppedAside(result, "upstream captures no draft graphs here")
-        draft_worker.cuda_graph_runner = None
-        draft_worker.cuda_graph_runner_for_draft_extend = None
-        return Acted(None, "skipped the draft decode and draft-extend graph captures")
+    runners = ("cuda_graph_runner", "cuda_graph_runner_for_draft_extend")
+    skipped = "skipped the draft decode and draft-extend graph captures"
 
 
 GATE = DraftGraphGate()

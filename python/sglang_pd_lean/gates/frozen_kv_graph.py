@@ -31,17 +31,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from sglang_pd_lean import seams
-from sglang_pd_lean.gates.base import (
-    Acted,
-    Call,
-    Gate,
-    ReadThrough,
-    SteppedAside,
-    Tripwire,
-    until_tripped,
-)
+from sglang_pd_lean.gates.base import Call, DraftCaptureGate
 
 
 class HeldRecords(logging.Filter):
@@ -76,26 +69,22 @@ def release(logger_name: str, held: HeldRecords) -> None:
         upstream_logger.handle(record)
 
 
-class FrozenKVGraphGate(Gate):
+class FrozenKVGraphGate(DraftCaptureGate):
     name = "frozen_kv_graph"
     summary = "no frozen-KV MTP draft decode CUDA graph on a prefill server"
     targets = seams.HOOK_TARGETS["frozen_kv_graph"]
-    native_markers = ("disaggregation_mode",)
-    # The draft's graph replays only after a target verify: ask about the target.
-    judge_as_target = True
+    wires = ("gpu_id", "draft_model_runner")
+    skipped = "skipped the frozen-KV MTP draft decode graph capture"
 
-    def act(self, call: Call) -> Acted | SteppedAside:
-        draft_worker, *rest = call.args
-        probe = ReadThrough(
-            draft_worker, gpu_id=Tripwire(), draft_model_runner=Tripwire()
-        )
+    def run_upstream(self, call: Call, probe: Any) -> tuple[bool, Any]:
+        """Upstream's run, its "capture begin" line held back until it is known
+        whether a capture followed."""
         module = self.target.rsplit(".", 2)[0]  # its logger's name
         with held_log(module) as held:
-            tripped, result = until_tripped(call.original, probe, *rest, **call.kwargs)
+            tripped, result = super().run_upstream(call, probe)
         if not tripped:
             release(module, held)
-            return SteppedAside(result, "upstream captures no draft graph here")
-        return Acted(None, "skipped the frozen-KV MTP draft decode graph capture")
+        return tripped, result
 
 
 GATE = FrozenKVGraphGate()

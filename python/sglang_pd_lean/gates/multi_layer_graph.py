@@ -27,38 +27,16 @@ Deliberately left alone: the draft's prefill graph and every other draft worker.
 from __future__ import annotations
 
 from sglang_pd_lean import seams
-from sglang_pd_lean.gates.base import (
-    Acted,
-    Call,
-    Gate,
-    ReadThrough,
-    SteppedAside,
-    Tripwire,
-    until_tripped,
-)
+from sglang_pd_lean.gates.base import DraftCaptureGate
 
 
-class MultiLayerGraphGate(Gate):
+class MultiLayerGraphGate(DraftCaptureGate):
     name = "multi_layer_graph"
     summary = "no multi-layer EAGLE draft-extend CUDA graphs on a prefill server"
     targets = seams.HOOK_TARGETS["multi_layer_graph"]
-    native_markers = ("disaggregation_mode",)
-    # The draft's graphs replay only after a target verify: ask about the target.
-    judge_as_target = True
-
-    def act(self, call: Call) -> Acted | SteppedAside:
-        draft_worker, *rest = call.args
-        probe = ReadThrough(
-            draft_worker, gpu_id=Tripwire(), draft_runner_list=Tripwire()
-        )
-        tripped, result = until_tripped(call.original, probe, *rest, **call.kwargs)
-        if not tripped:
-            return SteppedAside(result, "upstream captures no draft graphs here")
-        draft_worker.cuda_graph_runner = None
-        draft_worker.cuda_graph_runner_for_draft_extend = None
-        return Acted(
-            None, "skipped the multi-layer EAGLE draft-extend graph captures"
-        )
+    wires = ("gpu_id", "draft_runner_list")
+    runners = ("cuda_graph_runner", "cuda_graph_runner_for_draft_extend")
+    skipped = "skipped the multi-layer EAGLE draft-extend graph captures"
 
 
 GATE = MultiLayerGraphGate()
