@@ -156,6 +156,8 @@ xarray xxhash yarl zipp""".split()
 )
 # Built with torch: on this machine the base venv's build stands in for the image's.
 TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "triton"}
+# pip's arguments for installing carried wheels into a folder, offline.
+INSTALL = ("install", "--no-index", "--no-deps", "--no-compile", "--target")
 
 
 def canonical(name: str) -> str:
@@ -467,18 +469,14 @@ def import_site(work: str, wheels: list[str]) -> tuple[str, list[str]]:
         else:
             here.append(fetch(CACHE_HERE, name, version, []))
             swapped.append(f"{name} {version}")
-    flags = ["install", "--no-index", "--no-deps", "--no-compile", "--target", site]
+    flags = [*INSTALL, site]
     # SGLang's wheel is tagged cp312: installed for 3.12 into its own folder.
     sglang = [w for w in here if wheel_name(w)[0] == "sglang"]
     rest = [w for w in here if w not in sglang]
     pip(sys.executable, *flags, *rest)
     pip(
         sys.executable,
-        "install",
-        "--no-index",
-        "--no-deps",
-        "--no-compile",
-        "--target",
+        *INSTALL,
         os.path.join(work, "sglang"),
         *PLATFORM,
         *sglang,
@@ -556,11 +554,7 @@ def check_command() -> int:
         )
         pip(
             sys.executable,
-            "install",
-            "--no-index",
-            "--no-deps",
-            "--no-compile",
-            "--target",
+            *INSTALL,
             os.path.join(work, "host-site"),
             *PLATFORM,
             *wheels,
@@ -621,11 +615,7 @@ def run_command() -> int:
     shutil.rmtree(HOST_SITE, ignore_errors=True)
     pip(
         sys.executable,
-        "install",
-        "--no-index",
-        "--no-deps",
-        "--no-compile",
-        "--target",
+        *INSTALL,
         HOST_SITE,
         *wheels,
     )

@@ -13,372 +13,55 @@ decode step, one state:
 
 - ``native upstream``: SGLang skips it on a prefill server itself;
 - ``removed by the plugin``: a gate skips it (``compat`` registers that gate here);
-- ``still built``: built on a prefill server, under the flags the detail names
-  (a gate that is off here, or a piece no gate removes);
+- ``still built``: built on a prefill server, under the flags the detail names;
 - ``not present``: this worker builds no such piece;
 - ``not audited``: a worker class the plugin has not read (a new release's, a
   plugin algorithm's): it gets upstream's behaviour.
 
 Target pieces (verify-only pool state, target-verify graph, ``TARGET_VERIFY``
 warm-up, verify budget, autotune buffers) are built by code every algorithm's target
-shares, so their state is their gate's; draft pieces (draft decode graph,
-draft-extend graph, the algorithm's own verify-only buffers) are read per worker
-class from ``AUDITED``, and each claim there is checked against the installed code
-(the method the gate hooks is the one the class runs; a "native" skip is still in
-upstream's code), so a release that changes them reads as "still built" or "not
-audited", never silently passed. ``doctor`` prints the matrix; docs/releases.md holds
-it for every supported release (``scripts/releases_table.sh``).
+shares, so their state is their gate's; draft pieces are read per worker class from
+``audit_claims.AUDITED``, each claim checked against the installed code, so a
+release that changes them reads as "still built" or "not audited", never silently
+passed. ``doctor`` prints the matrix; docs/releases.md holds it per release.
 
-At run time, ``warn_unaudited`` (AFTER ``Scheduler.__init__``, one hook in
-``hooks()``) logs one WARNING per speculative worker class the plugin has not
-audited on a server whose target cannot verify. This module imports nothing heavy
-until asked for the matrix.
+At run time ``warn_unaudited`` (``hooks()``: AFTER ``Scheduler.__init__``) logs one
+WARNING per unaudited worker class on a server whose target cannot verify.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import inspect
 import logging
 import textwrap
 import types
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+from sglang_pd_lean.audit_claims import (  # noqa: F401 (AUDITED, TARGET, ...: the API)
+    _SPEC,
+    AUDITED,
+    PIECE_KEYS,
+    PIECES,
+    SCHEDULER,
+    SPEC_INFO,
+    TARGET,
+    Absent,
+    ByGate,
+    Cell,
+    Handling,
+    State,
+    _class_node,
+    _method_node,
+    _module_tree,
+    _names,
+    runs_own,
+)
 from sglang_pd_lean.hook import Hook, When
 
 logger = logging.getLogger(__name__)
-
-_SPEC = "sglang.srt.speculative"
-SPEC_INFO = f"{_SPEC}.spec_info"
-SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
-
-
-class State(str, Enum):
-    NATIVE = "native upstream"
-    PLUGIN = "removed by the plugin"
-    BUILT = "still built"
-    ABSENT = "not present"
-    NOT_AUDITED = "not audited"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-# Short words for a table cell (doctor's text, docs/releases.md).
-CELLS = {
-    State.NATIVE: "native",
-    State.PLUGIN: "plugin",
-    State.BUILT: "built",
-    State.ABSENT: "-",
-    State.NOT_AUDITED: "not audited",
-}
-
-
-@dataclass(frozen=True)
-class Piece:
-    key: str
-    title: str  # column heading
-    side: str  # "target" or "draft"
-
-
-PIECES = (
-    Piece("pool", "verify pool state", "target"),
-    Piece("verify_graph", "verify graph", "target"),
-    Piece("warmup", "verify warm-up", "target"),
-    Piece("budget", "verify budget", "target"),
-    Piece("autotune", "autotune buffers", "target"),
-    Piece("draft_decode_graph", "draft decode graph", "draft"),
-    Piece("draft_extend_graph", "draft-extend graph", "draft"),
-    Piece("verify_buffers", "own verify buffers", "draft"),
-)
-PIECE_KEYS = tuple(piece.key for piece in PIECES)
-
-
-@dataclass(frozen=True)
-class Cell:
-    state: State
-    detail: str  # why; for "still built", under which flags
-
-    @property
-    def short(self) -> str:
-        return CELLS[self.state]
-
-
-# --- how each audited piece is handled -----------------------------------------
-
-
-@dataclass(frozen=True)
-class ByGate:
-    """Built by upstream's ``method`` (the gate's hook target) as ``owner`` class
-    runs it, on a prefill server ``when`` the flags say; removed by ``gate``."""
-
-    gate: str
-    when: str
-    owner: str | None = None  # dotted class whose method must be the hooked one
-
-
-@dataclass(frozen=True)
-class NativeIf:
-    """Skipped by upstream on a prefill server where ``check`` (reading upstream's
-    code) says so: ``check() -> (native, why)``; else built ``when``."""
-
-    check: Callable[[], tuple[bool, str]]
-    when: str
-    follows: str | None = None  # a piece whose state this one also needs skipped
-
-
-@dataclass(frozen=True)
-class Absent:
-    why: str
-
-
-Handling = ByGate | NativeIf | Absent
-
-# The target's pieces: shared code, one gate each.
-TARGET = {
-    "pool": ByGate("pool", "a hybrid (linear-attention) model"),
-    "verify_graph": ByGate("graph", "a decode graph backend is set"),
-    "warmup": ByGate("warmup", "a warm-up forward runs (FlashInfer, DeepGEMM)"),
-    "budget": ByGate("budget", "a hybrid (linear-attention) model"),
-    "autotune": ByGate("autotune", "more than one draft token"),
-}
-
-
-# --- reading upstream's code without running it ---------------------------------
-
-
-def _module_tree(module: str) -> ast.Module | None:
-    """The parsed source of ``module``, found without importing it (a worker
-    module may need GPU kernels to import); None where it is not there."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    with open(spec.origin, encoding="utf-8") as f:
-        return ast.parse(f.read())
-
-
-def _class_node(path: str) -> ast.ClassDef | None:
-    module, _, name = path.rpartition(".")
-    tree = _module_tree(module)
-    if tree is None:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return node
-    return None
-
-
-def _method_node(path: str) -> ast.FunctionDef | None:
-    cls, _, name = path.rpartition(".")
-    node = _class_node(cls)
-    for item in node.body if node else ():
-        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and (
-            item.name == name
-        ):
-            return item
-    return None
-
-
-def _names(node: ast.AST | None) -> set[str]:
-    """Names and attributes a piece of code uses (not comments, not strings)."""
-    used = set()
-    for sub in ast.walk(node) if node is not None else ():
-        if isinstance(sub, ast.Attribute):
-            used.add(sub.attr)
-        elif isinstance(sub, ast.Name):
-            used.add(sub.id)
-    return used
-
-
-def _defines(cls_path: str, method: str) -> bool:
-    node = _class_node(cls_path)
-    return any(
-        isinstance(item, ast.FunctionDef) and item.name == method
-        for item in (node.body if node else ())
-    )
-
-
-def _bases(cls_path: str) -> list[str]:
-    node = _class_node(cls_path)
-    return [ast.unparse(base) for base in node.bases] if node else []
-
-
-def runs_own(cls_path: str, target: str) -> tuple[bool, str]:
-    """Whether ``cls_path`` runs the hooked ``target`` method itself or by
-    inheritance from the target's class, without overriding it (read from the
-    source: each class on the way up names its base)."""
-    target_cls, _, method = target.rpartition(".")
-    target_name = target_cls.rpartition(".")[2]
-    cls = cls_path
-    for _ in range(8):
-        if cls == target_cls:
-            return True, ""
-        if _defines(cls, method):
-            return False, f"{cls.rpartition('.')[2]} overrides {method}"
-        bases = _bases(cls)
-        if target_name in bases:
-            cls = target_cls
-            continue
-        # A base from the same module, else give up.
-        local = [b for b in bases if _class_node(f"{cls.rpartition('.')[0]}.{b}")]
-        if not local:
-            break
-        cls = f"{cls.rpartition('.')[0]}.{local[0]}"
-    return False, f"{cls_path.rpartition('.')[2]} does not run {target_name}.{method}"
-
-
-# --- the audited worker classes --------------------------------------------------
-
-
-def _dspark_native() -> tuple[bool, str]:
-    cls = f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2"
-    init = _names(_method_node(f"{cls}.__init__"))
-    graphs = _names(_method_node(f"{cls}.init_cuda_graphs"))
-    if "disaggregation_mode" in init and "_decode_graph_allowed" in graphs:
-        return True, "DSparkWorkerV2 allows no decode graph on a prefill server"
-    return False, "DSparkWorkerV2 does not ask the disaggregation mode"
-
-
-def _dspark_buffers_native() -> tuple[bool, str]:
-    cls = f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2"
-    init = _names(_method_node(f"{cls}.__init__"))
-    native, why = _dspark_native()
-    if "DsparkVerifyEpilogue" not in init:
-        return native, why
-    if native and "_decode_graph_allowed" in init:
-        return True, "its verify epilogue is built only with a decode graph"
-    return False, "its verify epilogue does not ask the disaggregation mode"
-
-
-def _uno_native() -> tuple[bool, str]:
-    method = f"{_SPEC}.uno_worker_v2.UnoWorkerV2.init_cuda_graphs"
-    if "decode_cuda_graph_runner" in _names(_method_node(method)):
-        return True, "captured only with the target's verify graph"
-    return False, "UnoWorkerV2 captures its tree draft graph unconditionally"
-
-
-@dataclass(frozen=True)
-class Audited:
-    """One speculative worker class the plugin has read, release 0.5.16 to 0.5.23."""
-
-    draft: str | None  # the draft worker class it builds (None: none of its own)
-    pieces: dict[str, Handling]
-    note: str = ""
-
-
-_EAGLE_DRAFT = f"{_SPEC}.eagle_worker_v2.EagleDraftWorker"
-_EAGLE_GRAPHS = "a decode graph backend is set (--cuda-graph-backend-decode)"
-_NO_BUFFERS = Absent("none of its own")
-
-AUDITED: dict[str, Audited] = {
-    f"{_SPEC}.eagle_worker_v2.EAGLEWorkerV2": Audited(
-        _EAGLE_DRAFT,
-        {
-            "draft_decode_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
-            "draft_extend_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
-            "verify_buffers": _NO_BUFFERS,
-        },
-    ),
-    f"{_SPEC}.standalone_worker_v2.StandaloneWorkerV2": Audited(
-        f"{_SPEC}.standalone_worker_v2.StandaloneDraftWorker",
-        {
-            "draft_decode_graph": ByGate(
-                "draft_graph",
-                _EAGLE_GRAPHS,
-                f"{_SPEC}.standalone_worker_v2.StandaloneDraftWorker",
-            ),
-            "draft_extend_graph": ByGate(
-                "draft_graph",
-                _EAGLE_GRAPHS,
-                f"{_SPEC}.standalone_worker_v2.StandaloneDraftWorker",
-            ),
-            "verify_buffers": _NO_BUFFERS,
-        },
-    ),
-    f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleWorkerV2": Audited(
-        f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker",
-        {
-            "draft_decode_graph": Absent("it drafts inside its draft-extend graphs"),
-            "draft_extend_graph": ByGate(
-                "multi_layer_graph",
-                _EAGLE_GRAPHS,
-                f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker",
-            ),
-            "verify_buffers": _NO_BUFFERS,
-        },
-    ),
-    f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPWorkerV2": Audited(
-        f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPDraftWorker",
-        {
-            "draft_decode_graph": ByGate(
-                "frozen_kv_graph",
-                "any CUDA graph phase is on (the prefill default on CUDA)",
-                f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPDraftWorker",
-            ),
-            "draft_extend_graph": Absent("it captures no draft-extend graph"),
-            "verify_buffers": _NO_BUFFERS,
-        },
-        note="also NEXTN / EAGLE with a Gemma 4 assistant draft",
-    ),
-    f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2": Audited(
-        None,
-        {
-            "draft_decode_graph": ByGate(
-                "dflash_graph",
-                _EAGLE_GRAPHS,
-                f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2",
-            ),
-            "draft_extend_graph": Absent("it captures no draft-extend graph"),
-            "verify_buffers": ByGate(
-                "dflash_graph",
-                f"{_EAGLE_GRAPHS} (the sampling head folded into the draft graph)",
-                f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2",
-            ),
-        },
-    ),
-    f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2": Audited(
-        None,
-        {
-            "draft_decode_graph": NativeIf(
-                _dspark_native, "CUDA graphs are on (not --disable-cuda-graph)"
-            ),
-            "draft_extend_graph": Absent("it captures no draft-extend graph"),
-            "verify_buffers": NativeIf(
-                _dspark_buffers_native,
-                "CUDA graphs are on (its verify epilogue and sampling-accept graph)",
-            ),
-        },
-    ),
-    f"{_SPEC}.uno_worker_v2.UnoWorkerV2": Audited(
-        None,
-        {
-            "draft_decode_graph": NativeIf(
-                _uno_native,
-                "the target's verify graph is captured",
-                follows="verify_graph",
-            ),
-            "draft_extend_graph": Absent("it captures no draft-extend graph"),
-            "verify_buffers": _NO_BUFFERS,
-        },
-    ),
-    f"{_SPEC}.ngram_worker.NGRAMWorker": Audited(
-        None,
-        {
-            "draft_decode_graph": Absent("no draft model"),
-            "draft_extend_graph": Absent("no draft model"),
-            "verify_buffers": _NO_BUFFERS,
-        },
-    ),
-}
-
 
 # --- the algorithms the installed SGLang accepts, and their worker classes --------
 

@@ -117,24 +117,24 @@ def code_strings(code: types.CodeType) -> frozenset[str]:
     return frozenset(strings)
 
 
-def names_of(target: str) -> frozenset[str]:
-    """The names the code of ``target`` (a function, or every method of a class)
-    uses; empty where it cannot be resolved."""
+def _read_codes(target: str, read) -> frozenset[str]:
+    """``read`` over the code of ``target`` (a function, or every method of a
+    class), joined; empty where it cannot be resolved."""
     try:
         codes = _codes(resolve(target))
     except (ImportError, AttributeError, ValueError):
         return frozenset()
-    return frozenset().union(*map(code_names, codes))
+    return frozenset().union(*map(read, codes))
+
+
+def names_of(target: str) -> frozenset[str]:
+    """The names the code of ``target`` uses (``code_names``)."""
+    return _read_codes(target, code_names)
 
 
 def constants_of(target: str) -> frozenset[str]:
-    """The string constants in the code of ``target``; empty where it cannot be
-    resolved."""
-    try:
-        codes = _codes(resolve(target))
-    except (ImportError, AttributeError, ValueError):
-        return frozenset()
-    return frozenset().union(*map(code_strings, codes))
+    """The string constants in the code of ``target`` (``code_strings``)."""
+    return _read_codes(target, code_strings)
 
 
 def names_in_source(source: str) -> frozenset[str]:
