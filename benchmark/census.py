@@ -5,7 +5,7 @@ census run time (median of several runs; SGLang's import timed separately).
     python benchmark/census.py --smoke   # one model at TP 4, one run (test_benchmarks)
 
 Each row is ``report``'s census flags for the model, as the command runs them
-(``report_launch``, the flags merged, ``report_result``), read from the typed result.
+(``report_launch``, ``census.report``), read from the typed ``Report``.
 Run it with the venv's python (``~/.cache/sglang-pd-lean/sglang-<version>/bin/python``).
 Times come from one process on a shared machine: compare them within one run only.
 """
@@ -42,7 +42,7 @@ def main() -> None:
 
     from sglang_pd_lean import census
     from sglang_pd_lean.cli.args import parse
-    from sglang_pd_lean.cli.commands import merged, report_launch, report_result
+    from sglang_pd_lean.cli.commands import report_launch
 
     import_s = time.perf_counter() - start
     print(f"SGLang {sglang.__version__}: import + load_plugins {import_s:.2f} s")
@@ -66,18 +66,17 @@ def main() -> None:
             try:
                 for _ in range(runs):
                     tic = time.perf_counter()
-                    launch, shorthand = report_launch(parse(flags))
-                    result = report_result(merged(launch, shorthand))
+                    report = census.report(report_launch(parse(flags)))
                     times.append(time.perf_counter() - tic)
             except census.CensusError as exc:
                 print(f"{model:22}{tp:>4}  n/a: {exc}")
                 continue
-            prefill, decode = result["roles"]["prefill"], result["roles"]["decode"]
+            prefill, decode = report.roles["prefill"], report.roles["decode"]
             print(
                 f"{model:22}{tp:>4}"
-                f"{prefill['upstream'].verify_only_bytes / GIB:>22.2f}"
-                f"{prefill['plugin'].verify_only_bytes / GIB:>20.2f}"
-                f"{decode['plugin'].verify_only_bytes / GIB:>12.2f}"
+                f"{prefill.upstream.verify_only_bytes / GIB:>22.2f}"
+                f"{prefill.plugin.verify_only_bytes / GIB:>20.2f}"
+                f"{decode.plugin.verify_only_bytes / GIB:>12.2f}"
                 f"{statistics.median(times) * 1000:>11.0f}"
             )
 

@@ -215,18 +215,13 @@ def census_of(*flags: str) -> dict:
     return result
 
 
-def typed_census(*flags: str) -> dict:
-    """``census_of``, with the typed results (``census.results``) the table and the
-    chart read."""
-    from sglang_pd_lean.census.server import check, weights_build
+def typed_census(*flags: str):
+    """``census_of``, as the typed ``census.Report`` the table and the chart read."""
+    from sglang_pd_lean import census
     from sglang_pd_lean.cli.args import parse
-    from sglang_pd_lean.cli.commands import merged, report_launch, report_result
+    from sglang_pd_lean.cli.commands import report_launch
 
-    launch, shorthand = report_launch(parse(["report", *flags]))
-    check(launch)
-    launch = merged(launch, shorthand)
-    with weights_build(launch) as build:
-        return report_result(launch, build)
+    return census.report(report_launch(parse(["report", *flags])))
 
 
 def doc_text(doc: str) -> str:

@@ -69,11 +69,11 @@ def test_each_bar_stacks_its_columns_bytes_by_the_tables_rows(sized, unsized):
         fig = cli.chart(result)
         fig.canvas.draw()
         ax = fig.axes[0]
-        rows = cli.component_rows(result["roles"])
+        rows = cli.component_rows(result.roles)
         tallest = 0.0
-        for role, columns in result["roles"].items():
+        for role, columns in result.roles.items():
             for column in ("upstream", "plugin"):
-                components = columns[column].components
+                components = columns.column(column).components
                 stack = stack_of(ax, f"{cli.ROLE_TITLES[role]}\n{column}")
                 assert len(stack) == len(rows)
                 bottom = 0.0
@@ -92,12 +92,12 @@ def test_each_bar_stacks_its_columns_bytes_by_the_tables_rows(sized, unsized):
 
 def test_the_title_names_the_model_tp_draft_tokens_and_sglang(sized, unsized):
     for result in (sized, unsized):
-        inputs = result["inputs"]
-        model = str(result["model"]).rsplit("/", 1)[-1]
+        inputs = result.inputs
+        model = str(result.model).rsplit("/", 1)[-1]
         title = cli.chart(result).axes[0].get_title()
         assert title == (
-            f"{model}: TP {inputs['tp']}, {inputs['speculative_num_draft_tokens']} "
-            f"draft tokens (SGLang {result['sglang_version']})"
+            f"{model}: TP {inputs.tp}, {inputs.speculative_num_draft_tokens} "
+            f"draft tokens (SGLang {result.sglang_version})"
         )
     assert cli.chart(sized).axes[0].get_title().startswith("qwen3-next-80b-a3b: TP 4")
 
@@ -107,7 +107,7 @@ def test_the_legend_reads_top_down_as_the_stack_in_its_rows_colours(sized):
     fig.canvas.draw()
     ax = fig.axes[0]
     legend = ax.get_legend()
-    rows = [label for label, _ in cli.component_rows(sized["roles"])]
+    rows = [label for label, _ in cli.component_rows(sized.roles)]
     names = [t.get_text() for t in legend.get_texts()]
     assert names == rows[::-1]
     stack = stack_of(ax, "prefill target\nupstream")
@@ -128,17 +128,17 @@ def test_the_capacity_axes_give_each_columns_kv_cache_and_tokens(sized, tight):
         ax = fig.axes[1]
         rows = [
             (WORDS[role], column, sizing.column(column))
-            for role, sizing in result["capacity"].items()
+            for role, sizing in result.capacity.items()
             for column in ("upstream", "plugin")
         ]
         rows += [
             ("prefill", choice.choice, choice.capacity)
-            for choice in result.get("advice") or []
+            for choice in (result.advice or ())
         ]
         labels = [t.get_text() for t in ax.get_xticklabels()]
         assert labels == [f"{role}\n{column}" for role, column, _ in rows]
-        colours = [BLUE, ORANGE] * len(result["capacity"])
-        colours += [GREEN] * len(result.get("advice") or [])
+        colours = [BLUE, ORANGE] * len(result.capacity)
+        colours += [GREEN] * len(result.advice or ())
         texts = [t.get_text() for t in ax.texts]
         for i, (bar, (_, _, sizing)) in enumerate(zip(ax.patches, rows, strict=True)):
             assert bar.get_facecolor() == rgba(colours[i])
@@ -155,11 +155,11 @@ def test_the_capacity_axes_give_each_columns_kv_cache_and_tokens(sized, tight):
         assert ax.get_title() == "capacity: KV cache (labels: KV tokens)"
         assert all(t.get_fontsize() == 8 for t in ax.get_xticklabels())
         assert all(t.get_fontsize() != 8 for t in ax.get_yticklabels())
-    spends = "prefill" not in sized["nothing_to_spend"]  # 0.5.22+: nothing to
-    assert [c.choice for c in sized["advice"]] == (
+    spends = "prefill" not in sized.nothing_to_spend  # 0.5.22+: nothing to
+    assert [c.choice for c in sized.advice] == (
         ["kv", "requests", "automatic"] if spends else []
     )
-    assert not tight["capacity"]["decode"].upstream.fits
+    assert not tight.capacity["decode"].upstream.fits
 
 
 def test_a_bar_label_sits_just_above_its_bar(sized):

@@ -19,6 +19,7 @@ import json
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from helpers import (
@@ -508,7 +509,7 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
     from sglang_pd_lean.census.served import predict
     from sglang_pd_lean.cli import check as fleet
-    from sglang_pd_lean.cli.environment import load_sglang_plugins
+    from sglang_pd_lean.census.environment import load_sglang_plugins
 
     load_sglang_plugins()
     release = installed_release()
@@ -516,12 +517,12 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     bare = fleet.read_server("b", recorded(release, "prefill-no-plugin"))
     assert active.ranks[0].state is fleet.PluginState.ACTIVE
     assert bare.ranks[0].state is fleet.PluginState.ABSENT
-    budget = active.ranks[0].record["total_rest_memory_gib"]
+    budget = active.ranks[0].record.total_rest_memory_gib
     model = tiny_model_folder(tmp_path / "tiny")
     gpu = gpu_facts(LOCAL)
 
     result = predict(bare.info, gpu, model, budget)
-    pools, sized = result["roles"]["prefill"], result["capacity"]["prefill"]
+    pools, sized = result.roles["prefill"], result.capacity["prefill"]
     got = fleet.compare(bare, result)
     figures = {f.name: f for f in got.figures}
     assert figures["bytes not allocated"].predicted == 0
@@ -529,35 +530,35 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     assert figures["bytes not allocated"].unit == "bytes"
     assert figures["mamba slots"].predicted == sized.upstream.mamba_slots
     assert figures["KV tokens"].predicted == sized.upstream.kv_tokens
-    verify_only = pools["upstream"].verify_only_bytes
-    assert pools["plugin"].verify_only_bytes == 0
+    verify_only = pools.upstream.verify_only_bytes
+    assert pools.plugin.verify_only_bytes == 0
     # Where SGLang itself leaves the verify state out (0.5.18+), nothing to free.
     assert (verify_only > 0) != upstream_has("pool")
     assert got.would_free >= verify_only
     assert got.would_free == sum(
-        up - pools["plugin"].components.get(name, 0)
-        for name, up in pools["upstream"].components.items()
-        if up > pools["plugin"].components.get(name, 0)
+        up - pools.plugin.components.get(name, 0)
+        for name, up in pools.upstream.components.items()
+        if up > pools.plugin.components.get(name, 0)
     )
     assert got.advice and got.error is None
     # Its own role's advice only: nothing said of the roles it does not run.
     assert not [x for x in got.advice if x.startswith(("decode", "unified"))]
-    assert "decode" in result["nothing_to_spend"]
+    assert "decode" in result.nothing_to_spend
 
     result = predict(active.info, gpu, model, budget)
-    sized = result["capacity"]["prefill"]
+    sized = result.capacity["prefill"]
     got = fleet.compare(active, result)
     assert got.would_free is None
     figures = {f.name: f for f in got.figures}
     assert figures["mamba slots"].predicted == sized.plugin.mamba_slots
     record = active.ranks[0].record
-    freed = record["not_allocated_bytes"]
+    freed = record.not_allocated_bytes
     for name, value in freed.items():
         assert figures[f"  {name}"].measured == value
         assert figures[f"  {name}"].unit == "bytes"
     # Per component, predicted: what the plugin's pool holds less than upstream's.
-    pools = result["roles"]["prefill"]
-    up, now = pools["upstream"].components, pools["plugin"].components
+    pools = result.roles["prefill"]
+    up, now = pools.upstream.components, pools.plugin.components
     for name in set(up) | set(freed):
         less = up.get(name, 0) - now.get(name, 0)
         if less > 0:
@@ -565,14 +566,14 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
         else:
             assert f"  {name}" not in figures or name in freed, name
     assert figures["bytes not allocated"].measured == sum(freed.values())
-    if record.get("budget"):
+    if record.budget:
         for side in ("upstream", "plugin"):
             mamba = figures[f"budget gate: {side} mamba slots"]
             tokens = figures[f"budget gate: {side} KV tokens"]
             assert mamba.predicted == sized.column(side).mamba_slots
-            assert mamba.measured == record["budget"][side]["mamba_slots"]
+            assert mamba.measured == record.budget[side]["mamba_slots"]
             assert tokens.predicted == sized.column(side).kv_tokens
-            assert tokens.measured == record["budget"][side]["kv_tokens"]
+            assert tokens.measured == record.budget[side]["kv_tokens"]
 
 
 def test_prediction_lines_put_each_figure_beside_its_measurement():
@@ -600,7 +601,7 @@ def test_prediction_lines_put_each_figure_beside_its_measurement():
         "  (a) one",
         "  (b) two",
     ]
-    assert fleet._figure(fleet.Figure("x", 0, 0, unit="bytes"), 1024) == (
+    assert fleet.output._figure(fleet.Figure("x", 0, 0, unit="bytes"), 1024) == (
         "1.00 KiB (1,024 B)"
     )
     failed = fleet.Prediction(error="the model is not readable")
@@ -623,25 +624,25 @@ def test_a_budget_record_without_a_side_gives_no_figure_for_it():
 
     fits = Sizing(fits=True, kv_tokens=10, mamba_slots=4, kv_cache_bytes=1)
     unfit = Sizing(fits=False, reason="no room")
+    from sglang_pd_lean.record import Record
+
+    budget = {"upstream": "not sized", "plugin": {"mamba_slots": 4}}
     rank = fleet.Rank(
-        0,
-        fleet.PluginState.ACTIVE,
-        {"budget": {"upstream": "not sized", "plugin": {"mamba_slots": 4}}},
-        None,
-        None,
+        0, fleet.PluginState.ACTIVE, Record.read({"budget": budget}), None, None
     )
-    figures = fleet._budget_figures(rank, RoleSizing(unfit, fits, None))
+    figures = fleet.judge._budget_figures(rank, RoleSizing(unfit, fits, None))
     assert [(f.name, f.predicted, f.measured) for f in figures] == [
         ("budget gate: plugin mamba slots", 4, 4),
         ("budget gate: plugin KV tokens", 10, None),
     ]
-    figures = fleet._budget_figures(
-        fleet.Rank(0, fleet.PluginState.ACTIVE, {"budget": {"upstream": {}}}, 0, 0),
+    empty = Record.read({"budget": {"upstream": {}}})
+    figures = fleet.judge._budget_figures(
+        fleet.Rank(0, fleet.PluginState.ACTIVE, empty, 0, 0),
         RoleSizing(unfit, fits, None),
     )
     assert [(f.predicted, f.agrees) for f in figures] == [(None, None), (None, None)]
-    assert fleet._int(Sizing(fits=True, kv_tokens=12.0), "kv_tokens") == 12
-    assert fleet._int(Sizing(fits=True, reason="x"), "reason") is None
+    assert fleet.judge._int(Sizing(fits=True, kv_tokens=12.0), "kv_tokens") == 12
+    assert fleet.judge._int(Sizing(fits=True, reason="x"), "reason") is None
 
 
 def test_a_row_per_rank_gives_role_release_plugin_gates_and_figures():
@@ -669,7 +670,7 @@ def test_a_row_per_rank_gives_role_release_plugin_gates_and_figures():
         ],
     }
     server = fleet.read_server("http://p:1", info)
-    assert fleet.rows(server) == [
+    cells = [
         [
             *("http://p:1", "0", "prefill (no spec)", "0.5.17", "active"),
             *("pool: applied by the plugin", "2.00 MiB"),
@@ -680,8 +681,9 @@ def test_a_row_per_rank_gives_role_release_plugin_gates_and_figures():
             *("900", "7"),  # no budget record: what the rank has
         ],
     ]
+    assert fleet.rows(server) == [dict(zip(fleet.HEADER, c, strict=True)) for c in cells]
     info["speculative_algorithm"] = "EAGLE"
-    assert fleet.rows(fleet.read_server("u", info))[0][2] == "prefill"
+    assert fleet.rows(fleet.read_server("u", info))[0]["role"] == "prefill"
 
 
 def test_the_text_report_gives_table_misses_predictions_and_verdict_in_order():
@@ -699,7 +701,7 @@ def test_the_text_report_gives_table_misses_predictions_and_verdict_in_order():
     code = fleet.exit_code(answers)
     assert code == 2
     lines = fleet.render(urls, answers, predictions, code)
-    table = fleet._columns(fleet.rows(lean) + fleet.rows(bare))
+    table = fleet.output._columns(fleet.rows(lean) + fleet.rows(bare))
     assert lines[: len(table)] == table
     assert table[0].startswith("server") and table[0] == table[0].rstrip()
     assert table[1].startswith("http://a:1  ") and table[2].startswith("    gates: ")
@@ -739,11 +741,11 @@ def test_the_verdict_of_a_lean_fleet_and_of_one_that_is_not():
 def test_a_budget_pair_reads_upstream_to_now_or_the_ranks_own_figure():
     from sglang_pd_lean.cli import check as fleet
 
-    assert fleet._pair(1000, 3000, 5) == "1,000 -> 3,000"
-    assert fleet._pair(None, 3000, 5) == "- -> 3,000"
-    assert fleet._pair(1000, None, 5) == "1,000 -> -"
-    assert fleet._pair(None, None, 5) == "5"
-    assert fleet._pair(None, None, None) == "-"
+    assert fleet.output._pair(1000, 3000, 5) == "1,000 -> 3,000"
+    assert fleet.output._pair(None, 3000, 5) == "- -> 3,000"
+    assert fleet.output._pair(1000, None, 5) == "1,000 -> -"
+    assert fleet.output._pair(None, None, 5) == "5"
+    assert fleet.output._pair(None, None, None) == "-"
 
 
 @needs_recorded_release
@@ -753,7 +755,7 @@ def test_a_prefill_server_with_nothing_to_spend_is_told_why(tmp_path):
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
     from sglang_pd_lean.census.served import predict
     from sglang_pd_lean.cli import check as fleet
-    from sglang_pd_lean.cli.environment import load_sglang_plugins
+    from sglang_pd_lean.census.environment import load_sglang_plugins
 
     load_sglang_plugins()
     doc = recorded(installed_release(), "prefill")
@@ -763,7 +765,7 @@ def test_a_prefill_server_with_nothing_to_spend_is_told_why(tmp_path):
     assert not server.speculative
     model = tiny_model_folder(tmp_path / "tiny")
     result = predict(server.info, gpu_facts(LOCAL), model, budget)
-    reason = result["nothing_to_spend"]["prefill"]
+    reason = result.nothing_to_spend["prefill"]
     assert reason.startswith("no speculative decoding")
     got = fleet.compare(server, result)
     assert any(reason in line for line in got.advice), got.advice
@@ -771,7 +773,7 @@ def test_a_prefill_server_with_nothing_to_spend_is_told_why(tmp_path):
 
 
 def test_the_bytes_freed_are_per_component_what_upstream_holds_more():
-    from sglang_pd_lean.census.results import PoolSummary
+    from sglang_pd_lean.census.results import Pair, PoolSummary
     from sglang_pd_lean.cli import check as fleet
 
     def pool(**components):
@@ -779,7 +781,7 @@ def test_the_bytes_freed_are_per_component_what_upstream_holds_more():
 
     upstream = pool(ssm=10, conv=4, verify=7, map=9, flag=1)
     plugin = pool(ssm=10, conv=5, map=3)
-    assert fleet._freed({"upstream": upstream, "plugin": plugin}) == {
+    assert fleet.judge._freed(Pair(upstream=upstream, plugin=plugin)) == {
         "verify": 7,
         "map": 6,
         "flag": 1,  # one byte the plugin's pool lacks is one byte freed
@@ -819,7 +821,7 @@ def test_the_json_of_a_server_carries_its_own_fields_and_the_ranks_record(capsys
 def test_a_component_on_one_side_only_is_compared_with_zero_on_the_other():
     """A component the report predicts and the server did not record (or the other
     way round) is a figure of its own, with 0 on the side that lacks it."""
-    from sglang_pd_lean.census.results import PoolSummary, RoleSizing, Sizing
+    from sglang_pd_lean.census.results import Pair, PoolSummary, RoleSizing, Sizing
     from sglang_pd_lean.cli import check as fleet
 
     def pool(**components):
@@ -832,10 +834,10 @@ def test_a_component_on_one_side_only_is_compared_with_zero_on_the_other():
     }
     server = fleet.read_server("http://d:1", info)
     sized = Sizing(fits=True, kv_tokens=10, mamba_slots=2)
-    result = {
-        "roles": {"decode": {"upstream": pool(a=5, c=3), "plugin": pool()}},
-        "capacity": {"decode": RoleSizing(sized, sized, None)},
-    }
+    result = SimpleNamespace(
+        roles={"decode": Pair(upstream=pool(a=5, c=3), plugin=pool())},
+        capacity={"decode": RoleSizing(sized, sized, None)},
+    )
     figures = fleet.compare(server, result).figures
     assert [(f.name, f.predicted, f.measured) for f in figures[:4]] == [
         ("bytes not allocated", 8, 12),

@@ -253,7 +253,7 @@ def test_png_legend_uses_the_table_rows_and_covers_no_bar(capsys):
     ax = fig.axes[0]
     legend = ax.get_legend()
     names = [t.get_text() for t in legend.get_texts()]
-    rows = [label for label, _ in cli.component_rows(result["roles"])]
+    rows = [label for label, _ in cli.component_rows(result.roles)]
     assert names == rows[::-1]
     box = legend.get_window_extent()
     bars = [p.get_window_extent() for p in ax.patches if p.get_height() > 0]

@@ -80,8 +80,8 @@ def test_the_census_parts_are_frozen_and_become_json_only_when_printed(capsys):
     # 1 GiB per rank: not even the 768 mamba slots fit, upstream or plugin.
     flags = (*QWEN35_TP8, "--available-gib", "1", "--max-mamba-cache-size", "768")
     typed = typed_census(*flags)
-    assert isinstance(typed["roles"]["prefill"]["plugin"], PoolSummary)
-    sizing = typed["capacity"]["prefill"]
+    assert isinstance(typed.roles["prefill"].plugin, PoolSummary)
+    sizing = typed.capacity["prefill"]
     assert isinstance(sizing, RoleSizing)
     with pytest.raises(dataclasses.FrozenInstanceError):
         sizing.plugin.kv_tokens = 1
@@ -98,10 +98,10 @@ def test_the_census_parts_are_frozen_and_become_json_only_when_printed(capsys):
     assert printed["change"] is None
     main_job = CASES[2]
     typed = typed_census(*main_job)
-    assert all(isinstance(choice, Choice) for choice in typed["advice"])
+    assert all(isinstance(choice, Choice) for choice in typed.advice)
     printed = report_json(capsys, main_job)["capacity"]["decode"]["plugin"]
-    assert typed["capacity"]["decode"].plugin.fits and "reason" not in printed
-    assert printed["kv_tokens"] == typed["capacity"]["decode"].plugin.kv_tokens
+    assert typed.capacity["decode"].plugin.fits and "reason" not in printed
+    assert printed["kv_tokens"] == typed.capacity["decode"].plugin.kv_tokens
 
 
 def test_each_roles_memory_source_is_the_documented_value(capsys):

@@ -11,7 +11,7 @@ from formulas import FP32, GIB
 from helpers import census_of
 
 from sglang_pd_lean import cli
-from sglang_pd_lean.census.launch import SHORTHAND, shorthand_argv
+from sglang_pd_lean.census.flags import SHORTHAND, shorthand_argv
 
 QWEN35_TP8 = ("--model", "qwen3.5-397b-a17b", "--tp", "8")
 SEED = (*QWEN35_TP8, "--max-running-requests", "256")

@@ -26,7 +26,7 @@ from formulas import GIB, gdn_dims, load_config
 from helpers import NEXTN, sglang_minor, sizing_pad
 
 from sglang_pd_lean import cli
-from sglang_pd_lean.census import launch, memory, model
+from sglang_pd_lean.census import flags, launch, memory, model
 from sglang_pd_lean.census.inputs import MAX_SLOTS, MODELS_DIR, CensusError
 from sglang_pd_lean.census.results import WeightsBuild
 
@@ -203,12 +203,12 @@ def test_the_role_the_flags_name_is_the_one_sglangs_parser_reads(argv):
     """Without the flag, SGLang's own default; with it, in either spelling, the
     last one given (argparse keeps the last)."""
     parsed = sglang_parser().parse_args(["--model-path", "m", *argv])
-    assert launch.given_role(argv) == parsed.disaggregation_mode
+    assert flags.given_role(argv) == parsed.disaggregation_mode
 
 
 def test_a_disaggregation_flag_without_a_value_names_no_role():
     """SGLang's parser refuses it (the report then says so); no role is read."""
-    assert launch.given_role(["--tp", "4", "--disaggregation-mode"]) == "null"
+    assert flags.given_role(["--tp", "4", "--disaggregation-mode"]) == "null"
 
 
 # --- the census flags alone ------------------------------------------------------
@@ -218,7 +218,7 @@ def test_a_disaggregation_flag_without_a_value_names_no_role():
 def test_census_flags_alone_are_a_chain_sglang_keeps_as_asked(draft):
     """SGLang's speculative hook sets the draft tokens to steps + 1 for a top-k 1
     chain: the shorthand's steps are what keeps the draft tokens asked for."""
-    argv = launch.shorthand_argv(
+    argv = flags.shorthand_argv(
         {"speculative_num_draft_tokens": draft, "max_running_requests": 24}, alone=True
     )
     with open(os.path.join(MODELS_DIR, "qwen3-next-80b-a3b.json")) as f:
@@ -515,7 +515,7 @@ def test_more_requests_never_asks_past_the_slots_the_census_builds(ratio):
     assert max(road.asked) == most
 
 
-def typed_report(*flags: str) -> dict:
+def typed_report(*flags: str):
     from helpers import typed_census
 
     with contextlib.redirect_stderr(io.StringIO()):
@@ -529,13 +529,13 @@ def test_without_speculative_decoding_the_report_says_there_is_nothing_to_free()
     result = typed_report(
         "--model", "qwen3-next-80b-a3b", "--available-gib", "24", "--", "--tp", "4"
     )
-    assert result["advice"] == []
-    assert result["nothing_to_spend"]["prefill"] == (
+    assert result.advice == ()
+    assert result.nothing_to_spend["prefill"] == (
         "no speculative decoding: no role verifies, so there is no verify state "
         "to free"
     )
     # docs/json.md: 0 draft tokens without speculative decoding.
-    assert result["inputs"]["speculative_num_draft_tokens"] == 0
+    assert result.inputs.speculative_num_draft_tokens == 0
 
 
 def test_a_prefill_target_that_does_not_fit_even_with_the_plugin_gets_no_advice():
@@ -544,11 +544,11 @@ def test_a_prefill_target_that_does_not_fit_even_with_the_plugin_gets_no_advice(
         *("--model", "qwen3-next-80b-a3b", "--available-gib", "0.5", "--"),
         *(*ADVICE_FLAGS, "--max-mamba-cache-size", "2000"),
     )
-    plugin = result["capacity"]["prefill"].plugin
+    plugin = result.capacity["prefill"].plugin
     assert plugin.fits is False
     assert plugin.reason.startswith("the mamba budget leaves -")
-    assert result["advice"] == []
-    assert result["nothing_to_spend"]["prefill"] == (
+    assert result.advice == ()
+    assert result.nothing_to_spend["prefill"] == (
         f"does not fit even with the plugin: {plugin.reason}"
     )
 
@@ -561,24 +561,24 @@ def test_each_choice_is_sized_with_the_weights_the_launch_charges():
     and draft), each choice's launch receives SGLang's total_rest_memory with the
     same weights: (T - C) * mfs - target - draft of an H200, as published."""
     result = typed_report("--model", "qwen3-next-80b-a3b", "--", *ADVICE_FLAGS)
-    memory_ = result["memory"]["prefill"]
-    assert memory_["draft_weights_bytes"] > 0 and memory_["weights_bytes"] > 0
-    mfs = result["resolved"]["prefill"]["mem_fraction_static"]
+    memory_ = result.memory["prefill"]
+    assert memory_.draft_weights_bytes > 0 and memory_.weights_bytes > 0
+    mfs = result.resolved["prefill"].mem_fraction_static
     expected = sglang_total_rest_memory(
         PUBLISHED["h200"][1] / 1024,
         mfs,
-        memory_["weights_bytes"],
-        memory_["draft_weights_bytes"],
+        memory_.weights_bytes,
+        memory_.draft_weights_bytes,
     )
-    upstream = result["capacity"]["prefill"].upstream
-    choices = {choice.choice: choice for choice in result["advice"]}
+    upstream = result.capacity["prefill"].upstream
+    choices = {choice.choice: choice for choice in result.advice}
     assert list(choices) == ["kv", "requests", "automatic"]
     assert choices["kv"].flags == ("--max-mamba-cache-size", str(upstream.mamba_slots))
     for choice in choices.values():
         assert choice.capacity.available_gib == pytest.approx(expected, rel=1e-12)
         assert choice.capacity.fits
     automatic = choices["automatic"].capacity
-    plugin = result["capacity"]["prefill"].plugin
+    plugin = result.capacity["prefill"].plugin
     assert (automatic.kv_tokens, automatic.mamba_slots) == (
         plugin.kv_tokens,
         plugin.mamba_slots,
@@ -592,8 +592,8 @@ def test_a_native_prefill_target_names_the_release_that_leaves_nothing_to_free()
     result = typed_report(
         "--model", "qwen3-next-80b-a3b", "--available-gib", "24", "--", *ADVICE_FLAGS
     )
-    assert result["advice"] == []
-    assert result["nothing_to_spend"]["prefill"] == (
+    assert result.advice == ()
+    assert result.nothing_to_spend["prefill"] == (
         f"SGLang {sglang.__version__} already builds and sizes this prefill target "
         f"without the verify state (upstream and plugin columns agree): nothing freed"
     )

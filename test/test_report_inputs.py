@@ -12,7 +12,7 @@ from formulas import GIB
 from helpers import NEXTN
 
 from sglang_pd_lean import cli
-from sglang_pd_lean.census import gpu_probes, launch
+from sglang_pd_lean.census import flags, gpu_probes, launch
 
 # nvidia-smi's memory.total (MiB) and the compute capability of each part.
 PUBLISHED = {
@@ -119,7 +119,7 @@ def test_available_memory_is_total_less_context_times_mfs_less_both_weights(
 )
 def test_the_role_the_flags_name_is_the_last_one_in_either_spelling(argv, role):
     """argparse keeps the last of repeated flags, in either spelling."""
-    assert launch.given_role(argv) == role
+    assert flags.given_role(argv) == role
 
 
 @pytest.mark.parametrize(
@@ -131,8 +131,10 @@ def test_the_role_the_flags_name_is_the_last_one_in_either_spelling(argv, role):
     ],
 )
 def test_another_role_replaces_the_flag_in_either_spelling(argv):
-    out = launch.role_argv(argv, "decode")
-    assert out == ["--tp", "4", "--disaggregation-mode", "decode"]
+    """SGLang's parser reads the same flags, the role replaced."""
+    out = flags.role_argv(argv, "decode")
+    assert flags.given(out) == {**flags.given(argv), "disaggregation_mode": "decode"}
+    assert flags.given(out)["tp_size"] == 4
 
 
 @pytest.mark.parametrize("spelling", ["split", "equals"])
@@ -142,8 +144,8 @@ def test_model_path_in_either_spelling(spelling):
         if spelling == "split"
         else ["--model-path=/m", "--tp", "2"]
     )
-    assert launch.model_path(argv) == "/m"
-    assert launch.model_path(["--tp", "2"]) is None
+    assert flags.model_path(argv) == "/m"
+    assert flags.model_path(["--tp", "2"]) is None
 
 
 def test_the_launch_flags_equals_spelling_resolves_as_the_split_one(capsys):
@@ -246,6 +248,28 @@ def test_every_sglang_module_holding_a_probe_by_name_answers_for_the_gpu(monkeyp
         assert [m.is_cuda() for m in holders] == [True] * len(holders)
         assert all(m.is_cuda is not original for m in holders)
     assert all(m.is_cuda is original for m in holders)
+
+
+def test_a_module_swapped_for_another_of_the_same_count_is_searched_again(
+    monkeypatch,
+):
+    """The search for the probes' holders is cached on SGLang's modules by name and
+    object: one module replaced by another (as many modules as before) that holds
+    ``is_cuda`` by name answers for the named GPU too."""
+    import sys
+    import types
+
+    from sglang.srt.utils import common
+
+    with launch.on_gpu(launch.gpu_facts("h200")):
+        pass  # the search ran and is cached
+    name = next(n for n in sorted(sys.modules) if n.startswith("sglang.srt."))
+    swapped = types.ModuleType(name)
+    swapped.is_cuda = common.is_cuda
+    monkeypatch.setitem(sys.modules, name, swapped)
+    with launch.on_gpu(launch.gpu_facts("h200")):
+        assert swapped.is_cuda() is True
+    assert swapped.is_cuda is common.is_cuda
 
 
 def _raised(tmp_path, source: str) -> BaseException:

@@ -15,7 +15,7 @@ import pytest
 from helpers import NEXTN, sglang_minor
 
 from sglang_pd_lean import cli
-from sglang_pd_lean.census import launch, model
+from sglang_pd_lean.census import flags, launch, model
 from sglang_pd_lean.census.inputs import MODELS_DIR, ROLES
 from sglang_pd_lean.units import GIB
 
@@ -84,13 +84,13 @@ LAUNCHES = {
 
 @pytest.mark.parametrize("case", sorted(LAUNCHES))
 def test_resolved_values_equal_sglangs_own_resolution(case, qwen3_next, capsys):
-    gpu_name, flags = LAUNCHES[case]
-    argv = ["--model-path", qwen3_next, "--tp", "4", *flags]
+    gpu_name, extra = LAUNCHES[case]
+    argv = ["--model-path", qwen3_next, "--tp", "4", *extra]
     result = report_json(capsys, "--gpu", gpu_name, "--weights-gib", "40", "--", *argv)
     gpu = launch.GPUS[gpu_name]
-    assert result["launch"]["role"] == launch.given_role(argv)
+    assert result["launch"]["role"] == flags.given_role(argv)
     for role in ROLES:
-        own = sglang_resolution(launch.role_argv(argv, role), gpu)
+        own = sglang_resolution(flags.role_argv(argv, role), gpu)
         for name in launch.RESOLVED_FIELDS:
             assert result["resolved"][role][name] == as_json(own[name]), (role, name)
         assert (
@@ -315,18 +315,17 @@ def test_running_requests_sglang_caps_are_flagged_and_built(capsys):
 
 
 def test_one_role_alone_sizes_as_in_the_whole_report(qwen3_next, capsys):
-    """``run_launch(only=...)``: one role's columns, the same figures as in the
-    report of every role."""
-    from sglang_pd_lean.census.results import jsonable
-    from sglang_pd_lean.census.server import Launch, run_launch
+    """``census.report(roles=...)``: one role's columns, the same figures as in
+    the report of every role."""
+    from sglang_pd_lean import census
 
-    argv = ["--model-path", qwen3_next, "--tp", "4", *NEXTN]
+    argv = ("--model-path", qwen3_next, "--tp", "4", *NEXTN)
     whole = report_json(capsys, "--gpu", "h200", "--weights-gib", "40", "--", *argv)
-    alone = run_launch(
-        Launch(argv=argv, gpu=launch.GPUS["h200"], weights_gib=40.0),
-        only=("prefill",),
+    alone = census.report(
+        census.Launch(argv=argv, gpu=launch.GPUS["h200"], weights_gib=40.0),
+        roles=("prefill",),
     )
-    alone = jsonable(alone)
+    alone = census.jsonable(alone)
     assert set(alone["roles"]) == set(alone["capacity"]) == {"prefill"}
     assert alone["capacity"]["prefill"] == whole["capacity"]["prefill"]
     assert alone["roles"]["prefill"] == whole["roles"]["prefill"]
@@ -481,9 +480,9 @@ def test_doctor_says_the_report_cannot_run_and_what_is_missing(capsys, monkeypat
 def test_a_help_flag_among_the_launch_flags_is_not_sglangs_help(capsys):
     """The fields the flags set are read with SGLang's parser, without its help:
     ``-h`` among them is not a request to print SGLang's help here."""
-    from sglang_pd_lean.census.launch import _given
+    from sglang_pd_lean.census.flags import given
 
-    assert _given(["--tp-size", "2", "-h", "--page-size", "16"]) == {
+    assert given(["--tp-size", "2", "-h", "--page-size", "16"]) == {
         "tp_size": 2,
         "page_size": 16,
     }

@@ -16,7 +16,7 @@ from sglang_pd_lean import cli
 from sglang_pd_lean.census import model, weights
 from sglang_pd_lean.census.inputs import MODELS_DIR
 from sglang_pd_lean.census.launch import GPUS
-from sglang_pd_lean.census.server import Launch, run_launch
+from sglang_pd_lean import census
 from sglang_pd_lean.census.weights import BUILD_ENV
 from sglang_pd_lean.units import GIB
 
@@ -43,14 +43,18 @@ def checkpoint(tmp_path_factory) -> str:
     return str(folder)
 
 
+def unified_memory(argv: tuple[str, ...]) -> dict:
+    """The memory of a unified server's census on a B200, as JSON."""
+    launch = census.Launch(argv=argv, gpu=GPUS["b200"])
+    return census.jsonable(census.report(launch, roles=("null",)))["memory"]["null"]
+
+
 @pytest.fixture(scope="module")
 def built(checkpoint) -> dict:
     """Memory of the launch's role, one census per TP (1 without, 2 with NEXTN)."""
     argv = {1: [], 2: ["--tp", "2", *NEXTN]}
     return {
-        tp: run_launch(
-            Launch(argv=["--model-path", checkpoint, *more], gpu=GPUS["b200"])
-        )["memory"]["null"]
+        tp: unified_memory(("--model-path", checkpoint, *more))
         for tp, more in argv.items()
     }
 
@@ -162,12 +166,7 @@ def test_attention_dp_reaches_sglangs_groups(checkpoint, built):
     (on 0.5.22 and 0.5.23 the deprecated flag resolves to ``attn_dp_size``, which the
     build's width check once missed)."""
     for flags in dp_attention_spellings():
-        memory = run_launch(
-            Launch(
-                argv=["--model-path", checkpoint, "--tp", "2", *flags],
-                gpu=GPUS["b200"],
-            )
-        )["memory"]["null"]
+        memory = unified_memory(("--model-path", checkpoint, "--tp", "2", *flags))
         source = memory["weights_source"]
         assert "for rank 0 of TP 2, EP 1: Qwen3NextForCausalLM" in source, flags
         target = memory["weights_bytes"]

@@ -13,7 +13,7 @@ import pytest
 from helpers import sglang_minor
 
 import sglang_pd_lean
-from sglang_pd_lean import seams
+from sglang_pd_lean import seams, survey
 from sglang_pd_lean.gates import all_gates
 
 PACKAGE = pathlib.Path(sglang_pd_lean.__file__).parent
@@ -22,7 +22,7 @@ FOREIGN = ("sglang_pd_lean",)
 
 
 def test_every_seam_this_release_should_have_resolves():
-    assert [m.line for m in seams.missing()] == []
+    assert [m.line for m in survey.missing()] == []
 
 
 def test_a_bounded_seam_is_absent_outside_its_releases():
@@ -33,7 +33,7 @@ def test_a_bounded_seam_is_absent_outside_its_releases():
         for seam in seams.SEAMS
         if (seam.since or seam.until)
         and not seam.expected_on(f"0.5.{minor}")
-        and seams.resolve_first(seam.candidates)[0] is not None
+        and survey.resolve_first(seam.candidates)[0] is not None
     ]
     assert wrong == []
 
@@ -98,15 +98,15 @@ def test_a_missing_seam_is_named_with_its_part_and_cause():
         seams.Part.REPORT,
         "a test seam",
     )
-    found, error = seams.resolve_first(gone.candidates)
+    found, error = survey.resolve_first(gone.candidates)
     assert found is None and "NoSuchPool" in error
-    line = seams.Missing(gone, error).line
+    line = survey.Missing(gone, error).line
     assert "NoSuchPool" in line and "report" in line and "a test seam" in line
 
 
 def test_the_first_candidate_that_resolves_wins():
     real = "sglang.srt.mem_cache.memory_pool.MambaPool"
-    assert seams.resolve_first(("sglang.srt.mem_cache.memory_pool.Gone", real)) == (
+    assert survey.resolve_first(("sglang.srt.mem_cache.memory_pool.Gone", real)) == (
         real,
         "",
     )

@@ -114,7 +114,7 @@ def test_a_server_is_predicted_in_its_own_role_only(tmp_path):
         "disable_overlap_schedule": True,
     }
     result = served.predict(info, gpu_facts(LOCAL), None, 2.0)
-    assert list(result["roles"]) == ["null"] and "advice" not in result
+    assert list(result.roles) == ["null"] and result.advice is None
     info["disaggregation_mode"] = "decode"
     result = served.predict(info, gpu_facts(LOCAL), None, 2.0)
-    assert list(result["roles"]) == ["decode"] and "advice" not in result
+    assert list(result.roles) == ["decode"] and result.advice is None

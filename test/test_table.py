@@ -6,6 +6,7 @@ column, so a figure moved to another row or column, or a row renamed, fails."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 from helpers import NEXTN, table_row, typed_census, upstream_has
@@ -57,7 +58,7 @@ def labels(out: str) -> list[str]:
 def per_column(result, value) -> list[str]:
     """``value(sizing)`` of each role's upstream and plugin column, in table order."""
     return [
-        value(result["capacity"][role].column(column))
+        value(result.capacity[role].column(column))
         for role in ROLES
         for column in ("upstream", "plugin")
     ]
@@ -65,21 +66,21 @@ def per_column(result, value) -> list[str]:
 
 def test_memory_rows_give_each_roles_weights_draft_layers_and_memory(main_job):
     result, out = main_job
-    memory = result["memory"]
+    memory = result.memory
     assert table_row(out, "draft layers in KV") == [
-        str(memory[r]["draft_layers_in_kv_sizing"]) for r in ROLES
+        str(memory[r].draft_layers_in_kv_sizing) for r in ROLES
     ]
     assert table_row(out, "weights") == [
-        human_bytes(memory[r]["weights_bytes"]) for r in ROLES
+        human_bytes(memory[r].weights_bytes) for r in ROLES
     ]
     assert table_row(out, "draft weights") == [
-        human_bytes(memory[r]["draft_weights_bytes"]) for r in ROLES
+        human_bytes(memory[r].draft_weights_bytes) for r in ROLES
     ]
     assert table_row(out, "available (A)") == [
-        human_bytes(memory[r]["available_gib"] * (1 << 30)) for r in ROLES
+        human_bytes(memory[r].available_gib * (1 << 30)) for r in ROLES
     ]
     # A NEXTN draft is built from the model's own MTP layer: it has weights.
-    assert memory["prefill"]["draft_weights_bytes"] > 0
+    assert memory["prefill"].draft_weights_bytes > 0
     order = labels(out)
     assert order.index("draft layers in KV") + 1 == order.index("weights")
     assert order.index("weights") + 2 == order.index("available (A)")
@@ -131,7 +132,7 @@ def test_notes_name_each_column_that_does_not_fit_and_each_capped_one(tight):
     unfit = {}
     for role in ROLES:
         for column in ("upstream", "plugin"):
-            sized = result["capacity"][role].column(column)
+            sized = result.capacity[role].column(column)
             if not sized.fits:
                 unfit.setdefault(sized.reason, []).append(
                     f"{column} {cli.ROLE_TITLES[role]}"
@@ -142,8 +143,8 @@ def test_notes_name_each_column_that_does_not_fit_and_each_capped_one(tight):
     said = " ".join(line for line in lines if line.startswith("does not fit ("))
     assert "plugin prefill target" not in said  # the plugin's prefill column fits
     assert ("upstream prefill target" in said) != upstream_has("budget")
-    plugin = result["capacity"]["prefill"].plugin
-    asked = result["resolved"]["prefill"]["max_running_requests"]
+    plugin = result.capacity["prefill"].plugin
+    asked = result.resolved["prefill"].max_running_requests
     assert plugin.requests_capped and plugin.max_running_requests < asked
     assert (
         f"plugin prefill target: {plugin.max_running_requests:,} of {asked:,} running "
@@ -167,9 +168,9 @@ def test_the_head_names_release_model_layout_and_cache_strategy(main_job):
     result, out = main_job
     lines = out.splitlines()
     assert lines[0] == (
-        f"SGLang {result['sglang_version']}, model qwen3-next-80b-a3b: bytes per rank"
+        f"SGLang {result.sglang_version}, model qwen3-next-80b-a3b: bytes per rank"
     )
-    strategy = result["resolved"]["prefill"]["mamba_radix_cache_strategy"]
+    strategy = result.resolved["prefill"].mamba_radix_cache_strategy
     # Qwen3-Next: 48 layers on the one stage, a 262,144-token context.
     assert lines[1] == (
         "TP 4, PP 1 (layers 0-47), 4 draft tokens, ssm float32, context 262144, "
@@ -181,17 +182,21 @@ def test_the_head_names_release_model_layout_and_cache_strategy(main_job):
 def test_the_head_has_no_strategy_where_sglang_resolves_none():
     from sglang_pd_lean.cli import table
 
-    inputs = {
-        "tp": 2,
-        "pp": 2,
-        "pp_stage_layers": [0, 24],
-        "speculative_num_draft_tokens": 0,
-        "mamba_ssm_dtype": "bfloat16",
-        "context_length": 4096,
-        "page_size": 64,
-        "mamba_radix_cache_strategy": None,
-    }
-    result = {"sglang_version": "0.5.16", "model": "m", "inputs": inputs}
+    from sglang_pd_lean.census.results import Inputs
+
+    inputs = Inputs(
+        tp=2,
+        pp=2,
+        pp_stage_layers=(0, 24),
+        max_running_requests=None,
+        max_mamba_cache_size=None,
+        speculative_num_draft_tokens=0,
+        mamba_ssm_dtype="bfloat16",
+        context_length=4096,
+        page_size=64,
+        mamba_radix_cache_strategy=None,
+    )
+    result = SimpleNamespace(sglang_version="0.5.16", model="m", inputs=inputs)
     assert table._head(result) == [
         "SGLang 0.5.16, model m: bytes per rank",
         "TP 2, PP 2 (layers 0-23), 0 draft tokens, ssm bfloat16, context 4096, "
@@ -203,7 +208,7 @@ def test_the_head_has_no_strategy_where_sglang_resolves_none():
 def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
     result, out = main_job
     lines = block(out, "Launch flags:", "available (A)")
-    assert lines[0] == "Launch flags: " + " ".join(result["launch"]["argv"])
+    assert lines[0] == "Launch flags: " + " ".join(result.launch.argv)
     # nvidia-smi gives an H200 143,771 MiB: 140.40 GiB.
     assert lines[1] == (
         "Launch flags resolved by SGLang on NVIDIA H200 (140.40 GiB, SM 90); the "
@@ -219,7 +224,7 @@ def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
         "other role",
         "other role",
     ]
-    resolved = result["resolved"]
+    resolved = result.resolved
     shown = {
         "page size": "page_size",
         "attention backend": "attention_backend",
@@ -228,9 +233,9 @@ def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
         "draft model path": "speculative_draft_model_path",
     }
     for label, key in shown.items():
-        values = [resolved[r][key] for r in ROLES]
+        values = [getattr(resolved[r], key) for r in ROLES]
         assert table_row(out, label) == ["-" if v is None else str(v) for v in values]
-    fractions = [f"{resolved[r]['mem_fraction_static']:.4g}" for r in ROLES]
+    fractions = [f"{resolved[r].mem_fraction_static:.4g}" for r in ROLES]
     assert table_row(out, "mem fraction static") == fractions
     assert table_row(out, "radix cache off") == [
         "False",
@@ -246,10 +251,10 @@ def test_the_launch_block_puts_each_resolved_value_under_its_role(main_job):
 
 def test_the_memory_source_says_where_a_comes_from(main_job, tight):
     result, out = main_job
-    memory = result["memory"]["prefill"]
+    memory = result.memory["prefill"]
     assert (
-        f"Weights: {memory['weights_source']}. A = (T - C) * mem_fraction_static - "
-        f"weights, T the GPU's memory, C = {memory['cuda_context_gib']:g} GiB of CUDA "
+        f"Weights: {memory.weights_source}. A = (T - C) * mem_fraction_static - "
+        f"weights, T the GPU's memory, C = {memory.cuda_context_gib:g} GiB of CUDA "
         "context and communicators (--available-gib gives A exactly)."
     ) in out.splitlines()
     _, out = tight
@@ -269,17 +274,19 @@ def test_an_unsized_census_says_its_pools_are_at_the_flags_counts():
 def test_a_gpu_named_without_facts_is_shown_by_name():
     from sglang_pd_lean.cli import table
 
-    assert table._where({"name": "local", "sm": 0, "memory_mib": 0}) == "local"
-    gpu = {"name": "NVIDIA B200", "sm": 100, "memory_mib": 183359}
+    from sglang_pd_lean.census.gpus import Gpu
+
+    assert table._where(Gpu("local", 0, 0)) == "local"
+    gpu = Gpu(name="NVIDIA B200", sm=100, memory_mib=183359)
     assert table._where(gpu) == "NVIDIA B200 (179.06 GiB, SM 100)"
 
 
 def test_pool_rows_give_each_columns_slots_bytes_totals_and_change(main_job):
     result, out = main_job
-    roles = result["roles"]
+    roles = result.roles
 
     def cells(value):
-        return [value(roles[r][c]) for r in ROLES for c in ("upstream", "plugin")]
+        return [value(roles[r].column(c)) for r in ROLES for c in ("upstream", "plugin")]
 
     grid = block(out, "component", "KV tokens")
     head = out.splitlines()[out.splitlines().index(grid[0]) - 1]
@@ -296,16 +303,16 @@ def test_pool_rows_give_each_columns_slots_bytes_totals_and_change(main_job):
         lambda c: human_bytes(c.components["ssm state"])
     )
     change = [
-        roles[r]["plugin"].total_bytes - roles[r]["upstream"].total_bytes for r in ROLES
+        roles[r].plugin.total_bytes - roles[r].upstream.total_bytes for r in ROLES
     ]
     sign = ["+" if d > 0 else "-" if d < 0 else "" for d in change]
     assert table_row(out, "change with plugin") == [
         s + human_bytes(abs(d)) for s, d in zip(sign, change, strict=True)
     ]
     assert table_row(out, "warmup, transient:") == []
-    warm = result["warmup"]
+    warm = result.warmup
     assert table_row(out, "autotune buffers") == [
-        human_bytes(warm[r][c]["autotune_buffers_bytes"])
+        human_bytes(warm[r].column(c).autotune_buffers_bytes)
         for r in ROLES
         for c in ("upstream", "plugin")
     ]
@@ -386,7 +393,7 @@ def test_advice_where_upstream_does_not_fit_starts_from_the_launch(tight):
     """30 GiB at TP 8: upstream's prefill target does not fit, so the only choice
     is the launch as given; the table says why, under its headings."""
     result, out = tight
-    if result["capacity"]["prefill"].upstream.fits:
+    if result.capacity["prefill"].upstream.fits:
         pytest.skip("this SGLang sizes upstream's prefill target to fit (0.5.22+)")
     lines = out.splitlines()
     intro = lines.index(
@@ -405,7 +412,7 @@ def test_advice_where_upstream_does_not_fit_starts_from_the_launch(tight):
     upstream = lines[intro + 2]
     assert upstream.startswith("upstream, without the plugin  ")
     assert re.split(r"\s{2,}", upstream)[1:] == ["does not fit"] * 4 + ["no"]
-    (choice,) = result["advice"]
+    (choice,) = result.advice
     assert choice.choice == "automatic" and choice.capacity.fits
     row = lines[intro + 3]
     assert row.startswith(choice.title + "  ")
@@ -450,14 +457,14 @@ def test_an_advised_choice_that_does_not_fit_is_a_row_and_says_why():
         max_running_requests=16,
     )
     stop = Capacity(fits=False, available_gib=2.0, reason="SGLang stops: too few")
-    result = {
-        "advice": [
+    result = SimpleNamespace(
+        advice=(
             Choice("kv", "more KV", ("--a", "1"), room),
             Choice("requests", "more requests", ("--b", "2"), stop),
-        ],
-        "capacity": {"prefill": RoleSizing(sized, sized, None)},
-        "nothing_to_spend": {},
-    }
+        ),
+        capacity={"prefill": RoleSizing(sized, sized, None)},
+        nothing_to_spend={},
+    )
     lines = advice_lines(result)
     row = next(line for line in lines if line.startswith("more requests  "))
     assert re.split(r"\s{2,}", row)[1:] == ["does not fit"] * 4 + ["no"]
@@ -475,10 +482,10 @@ def test_each_capped_column_gives_its_own_request_count():
     def capped(requests):
         return Sizing(fits=True, max_running_requests=requests, requests_capped=True)
 
-    result = {
-        "capacity": {"prefill": RoleSizing(capped(5), capped(9), None)},
-        "resolved": {"prefill": {"max_running_requests": 1200}},
-    }
+    result = SimpleNamespace(
+        capacity={"prefill": RoleSizing(capped(5), capped(9), None)},
+        resolved={"prefill": SimpleNamespace(max_running_requests=1200)},
+    )
     title = ROLE_TITLES["prefill"]
     tail = (
         "running requests (SGLang caps them by the mamba slots and KV tokens it sized)"
@@ -514,14 +521,14 @@ def test_each_roles_mamba_sizing_names_how_sglang_set_its_slots():
         *("--tp", "4", "--disaggregation-mode", "prefill", *NEXTN),
         *("--max-running-requests", "64"),
     )
-    assert result["resolved"]["decode"]["disable_radix_cache"] is True
+    assert result.resolved["decode"].disable_radix_cache is True
     for col in ("upstream", "plugin"):
-        decode = result["capacity"]["decode"].column(col)
+        decode = result.capacity["decode"].column(col)
         assert decode.mamba_sizing == "from running requests (radix cache off)"
         assert decode.mamba_slots == decode.max_running_requests
         for role in ("prefill", "null"):
-            assert not result["resolved"][role]["disable_radix_cache"]
-            sized = result["capacity"][role].column(col)
+            assert not result.resolved[role].disable_radix_cache
+            sized = result.capacity[role].column(col)
             assert sized.mamba_sizing == "automatic (ratio of the budget)", role
 
 

@@ -28,6 +28,7 @@ raises. ``reset()`` empties it (tests).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from enum import Enum
 from typing import Any
@@ -50,18 +51,50 @@ class Outcome(str, Enum):
         return self.value
 
 
-def _empty() -> dict[str, Any]:
-    return {
-        "sglang_version": None,
-        "gates": {},
-        "stepped_aside_because": {},
-        "not_allocated_bytes": {},
-        "total_rest_memory_gib": None,
-        "budget": {},
-    }
+@dataclasses.dataclass(kw_only=True)
+class Record:
+    """The plugin's entry on one scheduler rank's ``/server_info``
+    (``internal_states[i]["pd_lean"]``): written in the rank by the gates (this
+    module's functions), read by ``check`` (``Record.read``). Its keys are the
+    field names; ``budget`` is the budget gate's figures (``available_gib``, and
+    ``upstream`` / ``plugin``, each with ``kv_bytes``, ``kv_tokens`` and
+    ``mamba_slots``; ``upstream`` None where SGLang had no sizing to rerun)."""
+
+    sglang_version: str | None = None
+    gates: dict[str, str] = dataclasses.field(default_factory=dict)
+    stepped_aside_because: dict[str, str] = dataclasses.field(default_factory=dict)
+    not_allocated_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    total_rest_memory_gib: float | None = None
+    budget: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def entry(self) -> dict[str, Any]:
+        """The entry as ``/server_info`` serves it (plain JSON/msgpack types)."""
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    @classmethod
+    def read(cls, entry: Any) -> Record | None:
+        """A served entry -> ``Record``; None where it is not one (no plugin). A
+        key missing, or of another type (another release of the plugin), reads
+        as its default."""
+        if not isinstance(entry, dict):
+            return None
+        empty, fields = cls(), {}
+        for name, default in dataclasses.asdict(empty).items():
+            value = entry.get(name)
+            wrong = default is not None and type(value) is not type(default)
+            if value is None or wrong:
+                continue
+            fields[name] = copy.deepcopy(value)
+        return cls(**fields)
+
+    def budget_figure(self, column: str, key: str) -> Any:
+        """One figure the budget gate recorded (``column``: upstream or plugin);
+        None where it recorded none."""
+        figures = self.budget.get(column)
+        return figures.get(key) if isinstance(figures, dict) else None
 
 
-_record: dict[str, Any] = _empty()
+_record = Record()
 _summary: str | None = None
 _announced = False
 
@@ -69,7 +102,7 @@ _announced = False
 def reset() -> None:
     """Forget everything this process recorded (tests)."""
     global _record, _summary, _announced
-    _record = _empty()
+    _record = Record()
     _summary = None
     _announced = False
 
@@ -77,20 +110,20 @@ def reset() -> None:
 def registered(version: str | None, gates: dict[str, str], summary: str) -> None:
     """What ``plugin.register()`` decided, before any gate ran."""
     global _summary
-    _record["sglang_version"] = version
-    _record["gates"] = {name: str(state) for name, state in gates.items()}
+    _record.sglang_version = version
+    _record.gates = {name: str(state) for name, state in gates.items()}
     _summary = summary
 
 
 def acted(gate: str, **not_allocated: int | None) -> bool:
     """``gate`` removed work on this rank; ``not_allocated`` maps a component name
     to the bytes it did not allocate (None: not measured). True the first time."""
-    first = _record["gates"].get(gate) != Outcome.ACTED.value
-    _record["gates"][gate] = Outcome.ACTED.value
-    _record["stepped_aside_because"].pop(gate, None)
+    first = _record.gates.get(gate) != Outcome.ACTED.value
+    _record.gates[gate] = Outcome.ACTED.value
+    _record.stepped_aside_because.pop(gate, None)
     for component, nbytes in not_allocated.items():
         if nbytes is not None:
-            _record["not_allocated_bytes"][component] = int(nbytes)
+            _record.not_allocated_bytes[component] = int(nbytes)
     return first
 
 
@@ -98,16 +131,16 @@ def stepped_aside(gate: str, reason: str) -> bool:
     """``gate`` was asked on this rank and kept upstream's behaviour, because of
     ``reason``. A gate that acted for one worker stays "acted" when another worker
     of the rank steps aside. True if this changed the record."""
-    if _record["gates"].get(gate) == Outcome.ACTED.value:
+    if _record.gates.get(gate) == Outcome.ACTED.value:
         return False
-    changed = _record["stepped_aside_because"].get(gate) != reason
-    _record["gates"][gate] = Outcome.STEPPED_ASIDE.value
-    _record["stepped_aside_because"][gate] = reason
+    changed = _record.stepped_aside_because.get(gate) != reason
+    _record.gates[gate] = Outcome.STEPPED_ASIDE.value
+    _record.stepped_aside_because[gate] = reason
     return changed
 
 
 def budget(available_gib: float, upstream: dict | None, plugin: dict) -> None:
-    _record["budget"] = {
+    _record.budget = {
         "available_gib": float(available_gib),
         "upstream": upstream,
         "plugin": plugin,
@@ -122,14 +155,14 @@ def sizing_received(*args: Any, **kwargs: Any) -> None:
         if getattr(configurator, "is_draft_worker", False):
             return
         rest = args[1] if len(args) > 1 else kwargs["total_rest_memory"]
-        _record["total_rest_memory_gib"] = float(rest)
+        _record.total_rest_memory_gib = float(rest)
     except Exception as exc:  # a report never breaks a start-up
         logger.debug(f"[sglang-pd-lean] budget not recorded: {exc!r}")
 
 
 def snapshot() -> dict[str, Any]:
-    """A copy of this process's record (plain JSON/msgpack types)."""
-    return copy.deepcopy(_record)
+    """This process's record as ``/server_info`` serves it (a copy)."""
+    return _record.entry()
 
 
 def announce(*args: Any, **kwargs: Any) -> None:

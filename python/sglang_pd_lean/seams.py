@@ -1,8 +1,8 @@
 """Every SGLang (and torch-internal) name the plugin and the report touch, in one table.
 
-    from sglang_pd_lean import seams
-    for seam in seams.missing(seams.Part.REPORT):
-        print(seam.label, seam.why, seam.error)
+    from sglang_pd_lean import seams, survey
+    for missing in survey.missing(seams.Part.REPORT):
+        print(missing.seam.label, missing.seam.why, missing.error)
 
 A seam is a dotted path ``HookRegistry`` would resolve (``module.attr`` or
 ``module.Class.method``), or several candidates of which the first that resolves
@@ -18,13 +18,12 @@ an older or newer road elsewhere). Each seam names the part that needs it:
 
 ``test/test_seams.py`` resolves every entry on the installed release (CI runs it on
 every supported release); ``doctor`` lists what is missing and whether ``report`` can
-run; the report refuses, naming the seam, before it starts. This module imports
-nothing heavy: seams are resolved only when asked.
+run; the report refuses, naming the seam, before it starts (``survey`` resolves
+them). This module imports nothing heavy: seams are resolved only when asked.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -381,70 +380,3 @@ SEAMS: tuple[Seam, ...] = (
         "torch's fake process group",
     ),
 )
-
-
-@dataclass(frozen=True)
-class Missing:
-    seam: Seam
-    error: str  # why none of its candidates resolves
-
-    @property
-    def line(self) -> str:
-        return f"{self.seam.label} ({self.seam.part}: {self.seam.why}): {self.error}"
-
-
-def resolve_first(candidates: tuple[str, ...]) -> tuple[str | None, str]:
-    """(the first candidate that resolves, "") or (None, why the last one did not)."""
-    from sglang_pd_lean.upstream import resolve
-
-    error = "no candidates"
-    for candidate in candidates:
-        try:
-            resolve(candidate)
-        except (ImportError, AttributeError, ValueError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            continue
-        return candidate, ""
-    return None, error
-
-
-@dataclass(frozen=True)
-class Survey:
-    seam: Seam
-    found: str | None  # the candidate that resolves, if any
-    error: str  # why none does ("" where one does)
-    expected: bool  # whether this release should have it
-
-
-def _release(version: str | None) -> str | None:
-    if version is not None:
-        return version
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def survey(version: str | None = None) -> list[Survey]:
-    """Every seam, resolved once on the installed SGLang (release ``version``,
-    else the installed one): what ``doctor`` shows."""
-    version = _release(version)
-    out = []
-    for seam in SEAMS:
-        found, error = resolve_first(seam.candidates)
-        out.append(Survey(seam, found, error, seam.expected_on(version)))
-    return out
-
-
-def missing(*parts: Part, version: str | None = None) -> list[Missing]:
-    """The seams of ``parts`` (all parts when none given) that the installed SGLang
-    (release ``version``, else the installed one) should have and does not."""
-    version = _release(version)
-    out = []
-    for seam in SEAMS:
-        if (parts and seam.part not in parts) or not seam.expected_on(version):
-            continue
-        found, error = resolve_first(seam.candidates)
-        if found is None:
-            out.append(Missing(seam, error))
-    return out

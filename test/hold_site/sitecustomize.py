@@ -18,12 +18,12 @@ HOLD = "SGLANG_PD_LEAN_TEST_HOLD"
 if os.environ.get(HOLD):
     from sglang_pd_lean.cli import commands
 
-    _report = commands._report
+    _print = commands._print
 
-    def _held_report(args, result):
+    def _held_print(args, report):
         open(os.environ[HOLD], "w").close()
         for _ in range(1200):
             time.sleep(0.1)
-        return _report(args, result)
+        return _print(args, report)
 
-    commands._report = _held_report
+    commands._print = _held_print

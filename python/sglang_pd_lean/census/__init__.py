@@ -1,9 +1,9 @@
 """Per-role, per-component byte census of a hybrid model's request pool, with no GPU.
 
     from sglang_pd_lean import census
-    launch = census.Launch(argv=["--tp-size", "4", ...], gpu=census.gpu_facts("h200"),
+    launch = census.Launch(argv=("--tp-size", "4", ...), gpu=census.gpu_facts("h200"),
                            model="qwen3-next-80b-a3b", sized=False)
-    census.run_launch(launch)["roles"]["prefill"]["upstream"].verify_only_bytes
+    census.report(launch).roles["prefill"].upstream.verify_only_bytes
 
 One road: every report is a set of ``launch_server`` flags resolved by the installed
 SGLang's own ``ServerArgs`` (``launch``); ``report``'s census flags (``--tp``,
@@ -63,7 +63,8 @@ from sglang_pd_lean.census.inputs import (
     read_config_dict,
     sglang_rejects,
 )
-from sglang_pd_lean.census.launch import shorthand_argv
+from sglang_pd_lean.census.flags import shorthand_argv
+from sglang_pd_lean.census.launch import Launch, ResolvedLaunch, resolve_launch
 from sglang_pd_lean.census.pools import (
     build_request_pool,
     configurator,
@@ -71,7 +72,8 @@ from sglang_pd_lean.census.pools import (
     published,
     summarize,
 )
-from sglang_pd_lean.census.server import Launch, run_launch
+from sglang_pd_lean.census.report import report
+from sglang_pd_lean.census.results import Report, jsonable
 from sglang_pd_lean.census.sizing import size_budget
 from sglang_pd_lean.census.warmup import autotune_buffer_bytes
 
@@ -101,7 +103,11 @@ __all__ = [
     "pool_tensors",
     "published",
     "read_config_dict",
-    "run_launch",
+    "Report",
+    "ResolvedLaunch",
+    "jsonable",
+    "report",
+    "resolve_launch",
     "shorthand_argv",
     "sglang_rejects",
     "size_budget",

@@ -1,9 +1,8 @@
 """How to spend what the plugin frees on a prefill target: three choices, each the
 launch flags to add and what SGLang's own sizing gives with them.
 
-    result = run_launch(launch)
-    result.update(advise(launch, result))
-    result["advice"][0].flags  # ('--max-mamba-cache-size', '276'): a Choice
+    report = census.report(launch)
+    report.advice[0].flags  # ('--max-mamba-cache-size', '276'): a Choice
 
 (a) ``kv``: all freed bytes to the KV cache (upstream's mamba slot count, given as
 ``--max-mamba-cache-size``); (b) ``requests``: the most running requests whose mamba
@@ -11,7 +10,8 @@ slots still fit while the KV cache stays at least upstream's (``--max-running-re
 with the slots SGLang needs for them, else it caps the requests); (c) ``automatic``:
 the flags as launched (today's split). Every figure comes from running the launch road
 again (SGLang's resolution, memory per rank and sizing) with the flags appended to
-the prefill server's flags; the search in (b) asks that same road at each step.
+the prefill server's flags, once per set of flags; the search in (b) asks that same
+road at each step; (c) reads the prefill server as resolved already.
 Where the plugin changes nothing (a decode or unified server, a prefill target whose
 SGLang already leaves the verify state out, a launch without speculative decoding)
 ``nothing_to_spend`` says why.
@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from collections.abc import Mapping
+
 from sglang_pd_lean.census.inputs import MAX_SLOTS, ROLES
-from sglang_pd_lean.census.launch import resolve, resolved_fields, role_argv
+from sglang_pd_lean.census.launch import ResolvedLaunch, exported, resolved_fields
 from sglang_pd_lean.census.memory import Weights
 from sglang_pd_lean.census.pools import configurator, published
-from sglang_pd_lean.census.results import Capacity, Choice
+from sglang_pd_lean.census.results import Capacity, Choice, frozen_map
 
 CHOICES = {
     "kv": "(a) all freed bytes to the KV cache",
@@ -44,61 +46,52 @@ UNSPECULATIVE = (
 )
 
 
-def nothing_to_spend(result: dict) -> dict[str, str]:
-    """Per role, why the plugin frees nothing there (no entry: something to spend)."""
+def nothing_to_spend(census) -> dict[str, str]:
+    """Per role, why the plugin frees nothing there (no entry: something to
+    spend). ``census``: ``census.server.Census`` of a sized launch with a prefill
+    column."""
     reasons = {}
-    roles, capacity = result["roles"]["prefill"], result["capacity"]["prefill"]
+    pools, capacity = census.roles["prefill"], census.capacity["prefill"]
     upstream, plugin = capacity.upstream, capacity.plugin
-    version = result["sglang_version"]
-    if result["resolved"]["prefill"]["speculative_algorithm"] is None:
+    if census.resolved["prefill"].speculative_algorithm is None:
         return dict.fromkeys(ROLES, UNSPECULATIVE)
     if not plugin.fits:
         reasons["prefill"] = f"does not fit even with the plugin: {plugin.reason}"
     elif (
         upstream.fits
         and not any(dataclasses.astuple(capacity.change))
-        and roles["upstream"].verify_only_bytes == roles["plugin"].verify_only_bytes
+        and pools.upstream.verify_only_bytes == pools.plugin.verify_only_bytes
     ):
         reasons["prefill"] = (
-            f"SGLang {version} already builds and sizes this prefill target without "
-            f"the verify state (upstream and plugin columns agree): nothing freed"
+            f"SGLang {census.sglang_version} already builds and sizes this prefill "
+            f"target without the verify state (upstream and plugin columns agree): "
+            f"nothing freed"
         )
     return {**reasons, **VERIFYING}
-
-
-def _weights_of(memory: dict) -> Weights | None:
-    """The first run's weights, for its reruns (same model, same ranks)."""
-    if "weights_bytes" not in memory:
-        return None
-    return Weights(
-        memory["weights_bytes"], memory["draft_weights_bytes"], memory["weights_source"]
-    )
 
 
 @dataclasses.dataclass
 class _Road:
     """The launch road for the prefill server, run again with flags appended."""
 
-    launch: object  # census.server.Launch
-    argv: list[str]  # the prefill server's flags, as the first run resolved them
+    done: ResolvedLaunch
+    weights: Weights | None  # the first run's
     seen: dict = dataclasses.field(default_factory=dict)
 
     def capacity(self, flags: tuple[str, ...]) -> Capacity:
         from sglang_pd_lean.census.server import prefill_capacity
 
         if flags not in self.seen:
-            again = dataclasses.replace(
-                self.launch, argv=[*self.argv, *flags], model=None, config=None
-            )
-            self.seen[flags] = prefill_capacity(again)
+            self.seen[flags] = prefill_capacity(self.done, flags, self.weights)
         return self.seen[flags]
 
     def mamba_ratio(self) -> int:
         """SGLang's own mamba slots per running request for this server."""
         from sglang.srt.configs.model_config import ModelConfig
 
-        fields = resolved_fields(resolve(self.argv, self.launch.gpu).server_args)
-        with published(**fields) as server_args:
+        prefill = self.done.resolved["prefill"]
+        fields = resolved_fields(prefill.server_args)
+        with exported(prefill.environ), published(**fields) as server_args:
             mc = ModelConfig.from_server_args(server_args)
             conf = configurator(
                 mc,
@@ -150,17 +143,25 @@ def most_requests(road: _Road, floor: int, kv_floor: int) -> tuple | None:
     return _requests_flags(low, ratio)
 
 
-def advise(launch, result: dict) -> dict:
-    """``advice`` (the prefill target's choices: flags, capacity) and
-    ``nothing_to_spend`` (per role, why there is nothing) for a launch census."""
-    reasons = nothing_to_spend(result)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Advice:
+    """The prefill target's choices (flags, capacity) and, per role, why there is
+    nothing to spend."""
+
+    advice: tuple[Choice, ...]
+    nothing_to_spend: Mapping[str, str]
+
+
+def advise(done: ResolvedLaunch, census) -> Advice:
+    """The advice for a sized ``census`` (``census.server.Census``) of ``done``,
+    whose prefill column it reads."""
+    from sglang_pd_lean.census.server import weights_of
+
+    reasons = frozen_map(nothing_to_spend(census))
     if "prefill" in reasons:
-        return {"advice": [], "nothing_to_spend": reasons}
-    road = _Road(
-        dataclasses.replace(launch, weights=_weights_of(result["memory"]["prefill"])),
-        role_argv(result["launch"]["argv"], "prefill"),
-    )
-    upstream = result["capacity"]["prefill"].upstream
+        return Advice(advice=(), nothing_to_spend=reasons)
+    road = _Road(done, weights_of(census.memory["prefill"]))
+    upstream = census.capacity["prefill"].upstream
     choices: list[tuple[str, tuple | None]] = []
     if upstream.fits:
         kv = ("--max-mamba-cache-size", str(upstream.mamba_slots))
@@ -169,9 +170,9 @@ def advise(launch, result: dict) -> dict:
         )
         choices += [("kv", kv), ("requests", requests)]
     choices.append(("automatic", ()))
-    advice = []
-    for key, flags in choices:
-        if flags is None:
-            continue
-        advice.append(Choice(key, CHOICES[key], tuple(flags), road.capacity(flags)))
-    return {"advice": advice, "nothing_to_spend": reasons}
+    advice = tuple(
+        Choice(key, CHOICES[key], tuple(flags), road.capacity(flags))
+        for key, flags in choices
+        if flags is not None
+    )
+    return Advice(advice=advice, nothing_to_spend=reasons)

@@ -107,25 +107,29 @@ def platform_facts(fakes: dict[str, Any]) -> dict[str, Any] | None:
     return {fact: fakes[probe]() for fact, probe in table.items()}
 
 
-_holders: dict[int, list[tuple[Any, str, str]]] = {}
+_holders: dict[frozenset, list[tuple[Any, str, str]]] = {}
 
 
 def _probe_holders(common, names: tuple[str, ...]) -> list[tuple[Any, str, str]]:
     """(module, attribute, probe name) wherever a module of SGLang holds one of the
-    probes; found again only when modules were imported since the last search."""
-    count = len(sys.modules)
-    if count not in _holders:
+    probes; found again only when SGLang's modules (by name and object) or the
+    probes asked changed since the last search."""
+    modules = [
+        (name, module)
+        for name, module in list(sys.modules.items())
+        if name.startswith("sglang") and module is not None
+    ]
+    key = frozenset([*((name, id(module)) for name, module in modules), *names])
+    if key not in _holders:
         by_id = {id(getattr(common, n)): n for n in names if hasattr(common, n)}
         found = []
-        for module in list(sys.modules.values()):
-            if not getattr(module, "__name__", "").startswith("sglang"):
-                continue
+        for _, module in modules:
             for attr, value in list(vars(module).items()):
                 if id(value) in by_id:
                     found.append((module, attr, by_id[id(value)]))
         _holders.clear()
-        _holders[count] = found
-    return _holders[count]
+        _holders[key] = found
+    return _holders[key]
 
 
 @contextlib.contextmanager

@@ -22,7 +22,8 @@ import io
 import logging
 import os
 import pkgutil
-from collections.abc import Iterator
+import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 # The GPU catalogue and the probes, where the callers of this module find them.
@@ -34,33 +35,16 @@ from sglang_pd_lean.census.gpus import (  # noqa: F401
     Gpu,
     gpu_facts,
 )
-from sglang_pd_lean.census.inputs import ROLES, CensusError, failure
-from sglang_pd_lean.shims import field_names, resolve_once, resolved_value
-
-# Resolved values that change bytes: shown in the report's header, per role.
-RESOLVED_FIELDS = (
-    "disaggregation_mode",
-    "page_size",
-    "attention_backend",
-    "linear_attn_backend",
-    "mamba_radix_cache_strategy",
-    "disable_radix_cache",
-    "mem_fraction_static",
-    "max_running_requests",
-    "max_mamba_cache_size",
-    "context_length",
-    "speculative_algorithm",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "speculative_draft_model_path",
-    "disaggregation_decode_extra_slots",
-    "mamba_ssm_dtype",
-    "tp_size",
-    "pp_size",
-    "chunked_prefill_size",
+from sglang_pd_lean.census.flags import given, merged_argv, role_argv
+from sglang_pd_lean.census.inputs import (
+    DEFAULT_MODEL,
+    ROLES,
+    CensusError,
+    failure,
+    read_config_dict,
 )
-
+from sglang_pd_lean.census.results import RESOLVED_FIELDS, Resolution
+from sglang_pd_lean.shims import field_names, resolve_once, resolved_value
 
 @functools.cache
 def _preimport() -> None:
@@ -186,8 +170,8 @@ def resolved_fields(server_args: Any) -> dict[str, Any]:
     }
 
 
-def summary(server_args: Any) -> dict[str, Any]:
-    """The resolved values that change bytes, JSON-ready."""
+def summary(server_args: Any) -> Resolution:
+    """The resolved values that change bytes (an enum as its name)."""
     out = {}
     for name in RESOLVED_FIELDS:
         value = resolved_value(server_args, name)
@@ -196,111 +180,91 @@ def summary(server_args: Any) -> dict[str, Any]:
             if isinstance(value, (int, float, str, bool, type(None)))
             else str(value)
         )
-    return out
+    return Resolution(**out)
 
 
-# ``report``'s census flags: shorthand for the launch_server flags they name.
-SHORTHAND = {
-    "tp": "--tp-size",
-    "pp": "--pp-size",
-    "max_running_requests": "--max-running-requests",
-    "max_mamba_cache_size": "--max-mamba-cache-size",
-    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
-    "mamba_ssm_dtype": "--mamba-ssm-dtype",
-    "context_length": "--context-length",
-    "page_size": "--page-size",
-    "disable_radix_cache": "--disable-radix-cache",
-    "mamba_radix_cache_strategy": "--mamba-radix-cache-strategy",
-}
-# What the census flags alone describe where they are silent: a speculative server
-# (an EAGLE chain, as a NEXTN/MTP draft resolves) of 256 requests, 4 draft tokens.
-SHORTHAND_DEFAULTS = {"max_running_requests": 256, "speculative_num_draft_tokens": 4}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Launch:
+    """What the operator asks a report of: launch flags on a GPU, the memory."""
+
+    argv: tuple[str, ...]  # launch_server flags, as the operator passes them
+    gpu: Gpu
+    shorthand: tuple[str, ...] = ()  # the census flags' launch flags, added to argv
+    model: str | None = None  # a bundled model, as --model-path
+    config: str | None = None  # a config.json or model folder, as --model-path
+    available_gib: float | None = None  # exact total_rest_memory, every role
+    weights_gib: float | None = None  # target + draft weights per rank
+    # False: no memory is named (census flags alone): the pools at the flags' own
+    # counts, with no weights, sizing, capacity or advice.
+    sized: bool = True
 
 
-def shorthand_argv(values: dict[str, Any], *, alone: bool) -> list[str]:
-    """The launch flags the census flags ``values`` (dest -> value, None: not
-    given) name. ``alone`` (no flags after --): with the defaults above and the
-    speculative algorithm, steps and top-k of a one-chain draft."""
-    given = {k: v for k, v in values.items() if v is not None and v is not False}
-    if alone:
-        given = {**SHORTHAND_DEFAULTS, **given}
-    argv = []
-    for dest, value in given.items():
-        argv += [SHORTHAND[dest]] if value is True else [SHORTHAND[dest], str(value)]
-    if alone:
-        steps = max(given["speculative_num_draft_tokens"] - 1, 1)
-        argv += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps"]
-        argv += [str(steps), "--speculative-eagle-topk", "1"]
-    return argv
+def check(launch: Launch) -> None:
+    """Everything plain Python can check, before SGLang's import."""
+    if launch.gpu.sm == 0 and launch.available_gib is None:
+        raise CensusError(
+            "--gpu local supplies no GPU memory: give --available-gib (the "
+            "total_rest_memory the server's sizing receives)"
+        )
+    if launch.model or launch.config:
+        read_config_dict(model=launch.model, config=launch.config)
 
 
-def _given(argv: list[str]) -> dict[str, Any]:
-    """The fields ``argv`` sets, as SGLang's own launch_server parser reads them
-    (defaults left out); {} where the parser refuses them (``resolve`` says why)."""
-    import argparse
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ResolvedLaunch:
+    """One launch as SGLang resolved it, once per report: the flags with the
+    model's path, the model folder and its name for the report, the role the
+    flags name and each role's resolution (the named role's always)."""
 
-    from sglang.srt.server_args import ServerArgs
+    launch: Launch
+    argv: tuple[str, ...]
+    folder: str
+    name: str
+    role: str
+    resolved: Mapping[str, Resolved]
 
-    parser = argparse.ArgumentParser(add_help=False)
-    ServerArgs.add_cli_args(parser)
-    for action in parser._actions:
-        action.default, action.required = argparse.SUPPRESS, False
-    with contextlib.redirect_stderr(io.StringIO()):
-        try:
-            return vars(parser.parse_known_args(argv)[0])
-        except SystemExit:
-            return {}
-
-
-def merged_argv(shorthand: list[str], argv: list[str]) -> list[str]:
-    """The launch flags ``argv`` plus the census flags' ``shorthand``; a field both
-    set to different values is one CensusError line."""
-    if not shorthand:
-        return list(argv)
-    ours, theirs = _given(shorthand), _given(argv)
-    for dest, value in ours.items():
-        if dest in theirs and theirs[dest] != value:
-            flag = f"--{dest.replace('_', '-')}"
-            raise CensusError(
-                f"{flag}: the census flags say {value!r}, the flags after -- say "
-                f"{theirs[dest]!r}; give it once"
-            )
-    return [*argv, *shorthand]
+    @property
+    def named(self) -> Resolved:
+        """The resolution of the role the flags name."""
+        return self.resolved[self.role]
 
 
-def role_argv(argv: list[str], role: str) -> list[str]:
-    """The same flags with ``--disaggregation-mode`` replaced by ``role``."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--disaggregation-mode":
-            skip = True
-            continue
-        if arg.startswith("--disaggregation-mode="):
-            continue
-        out.append(arg)
-    return [*out, "--disaggregation-mode", role]
+def resolve_launch(launch: Launch, roles: tuple[str, ...] = ROLES) -> ResolvedLaunch:
+    """``launch`` resolved by SGLang for ``roles`` and the role its flags name,
+    once each."""
+    from sglang_pd_lean.census.model import model_folder
 
-
-def given_role(argv: list[str]) -> str:
-    """The role the flags themselves name (``null`` when they name none)."""
-    role = "null"
-    for i, arg in enumerate(argv):
-        if arg == "--disaggregation-mode" and i + 1 < len(argv):
-            role = argv[i + 1]
-        elif arg.startswith("--disaggregation-mode="):
-            role = arg.split("=", 1)[1]
-    return role if role in ROLES else "null"
-
-
-def model_path(argv: list[str]) -> str | None:
-    """The ``--model-path`` (or ``--model``) the flags give, if any."""
-    for i, arg in enumerate(argv):
-        for flag in ("--model-path", "--model"):
-            if arg == flag and i + 1 < len(argv):
-                return argv[i + 1]
-            if arg.startswith(flag + "="):
-                return arg.split("=", 1)[1]
-    return None
+    argv = merged_argv(list(launch.shorthand), list(launch.argv))
+    fields = given(argv)
+    path = fields.get("model_path")
+    if path is not None and (launch.model or launch.config):
+        raise CensusError(
+            "give the model once: --model/--config, or --model-path after --"
+        )
+    if path is None and not launch.config:
+        name = launch.model or DEFAULT_MODEL
+        folder = model_folder(read_config_dict(model=name))
+    else:
+        given_path = launch.config or path
+        data = read_config_dict(config=given_path)
+        name = os.path.abspath(given_path)
+        if os.path.isdir(given_path):
+            folder = given_path
+        elif os.path.basename(given_path) == "config.json":
+            folder = os.path.dirname(name)
+        else:
+            folder = model_folder(data)
+    if path is None:
+        argv += ["--model-path", folder]
+    role = fields.get("disaggregation_mode")
+    role = role if role in ROLES else "null"
+    wanted = tuple(r for r in ROLES if r in roles or r == role)
+    resolved = {r: resolve(role_argv(argv, r), launch.gpu) for r in wanted}
+    return ResolvedLaunch(
+        launch=launch,
+        argv=tuple(argv),
+        folder=folder,
+        name=name,
+        role=role,
+        resolved=types.MappingProxyType(resolved),
+    )

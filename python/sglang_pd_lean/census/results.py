@@ -14,7 +14,11 @@ JSON.
 from __future__ import annotations
 
 import dataclasses
+import types
+from collections.abc import Mapping
 from typing import Any
+
+from sglang_pd_lean.census.gpus import Gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +133,139 @@ class Choice:
     capacity: Capacity
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pair:
+    """One role's two columns: every gate stepping aside (SGLang as released) and
+    the gates this SGLang needs, as the plugin registers them."""
+
+    upstream: Any
+    plugin: Any
+
+    def column(self, name: str) -> Any:
+        return self.upstream if name == "upstream" else self.plugin
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Warmup:
+    """One column's transient warm-up buffers (``census.warmup``)."""
+
+    autotune_buffers_bytes: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Head:
+    """What was resolved: the launch flags, the role they name, the GPU, and
+    whether the report is sized (False: no memory named, each pool at the flags'
+    own counts)."""
+
+    argv: tuple[str, ...]
+    role: str
+    gpu: Gpu
+    sized: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """The role the launch names, as resolved (and, sized, how it sizes)."""
+
+    tp: int
+    pp: int
+    pp_stage_layers: tuple[int, int]
+    max_running_requests: int | None
+    max_mamba_cache_size: int | None
+    speculative_num_draft_tokens: int
+    mamba_ssm_dtype: str
+    context_length: int
+    page_size: int
+    mamba_radix_cache_strategy: str | None
+    available_gib: float | None = None
+    mamba_sizing: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """The resolved values that change bytes, per role (the report's header)."""
+
+    disaggregation_mode: str
+    page_size: int | None
+    attention_backend: str | None
+    linear_attn_backend: str | None
+    mamba_radix_cache_strategy: str | None
+    disable_radix_cache: bool
+    mem_fraction_static: float | None
+    max_running_requests: int | None
+    max_mamba_cache_size: int | None
+    context_length: int | None
+    speculative_algorithm: str | None
+    speculative_num_steps: int | None
+    speculative_eagle_topk: int | None
+    speculative_num_draft_tokens: int | None
+    speculative_draft_model_path: str | None
+    disaggregation_decode_extra_slots: int | None
+    mamba_ssm_dtype: str | None
+    tp_size: int
+    pp_size: int
+    chunked_prefill_size: int | None
+
+
+RESOLVED_FIELDS = tuple(f.name for f in dataclasses.fields(Resolution))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GivenMemory:
+    """The memory a role's sizing receives, as the operator gave it
+    (``--available-gib``: SGLang's ``total_rest_memory``, exact)."""
+
+    available_gib: float
+    source: str = "--available-gib"
+    draft_layers_in_kv_sizing: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelledMemory:
+    """The memory a role's sizing receives, from the GPU and the weights per rank:
+    ``(T - C) * mem_fraction_static - weights`` (``census.memory``)."""
+
+    gpu_gib: float
+    cuda_context_gib: float
+    mem_fraction_static: float
+    weights_bytes: int
+    draft_weights_bytes: int
+    weights_source: str
+    available_gib: float
+    source: str = "(T - C) * mem_fraction_static - weights"
+    draft_layers_in_kv_sizing: int
+
+
+Memory = GivenMemory | ModelledMemory
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Report:
+    """The report on one launch (``census.report``): built once, never changed;
+    JSON only at the edge (``jsonable``, docs/json.md). Per-role maps are keyed
+    by role (``prefill``, ``decode``, ``null``); ``memory`` and the keys after it
+    are None where the report is not sized."""
+
+    sglang_version: str
+    model: str
+    launch: Head
+    inputs: Inputs
+    resolved: Mapping[str, Resolution]
+    roles: Mapping[str, Pair]  # Pair of PoolSummary
+    warmup: Mapping[str, Pair]  # Pair of Warmup
+    memory: Mapping[str, Memory] | None = None
+    capacity: Mapping[str, RoleSizing] | None = None
+    advice: tuple[Choice, ...] | None = None
+    nothing_to_spend: Mapping[str, str] | None = None
+    plugin_gates: Mapping[str, str]
+
+
+def frozen_map(items: Mapping) -> Mapping:
+    """A read-only copy of ``items`` (the report's per-role maps)."""
+    return types.MappingProxyType(dict(items))
+
+
 def jsonable(value: Any) -> Any:
     """``value`` as JSON types: a result dataclass as its fields (an optional field,
     default None, left out where it is None; any other None is null), tuples as
@@ -139,7 +276,7 @@ def jsonable(value: Any) -> Any:
             for f in dataclasses.fields(value)
             if not (f.default is None and getattr(value, f.name) is None)
         }
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {key: jsonable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(item) for item in value]

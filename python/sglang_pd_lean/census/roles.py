@@ -115,7 +115,7 @@ def _counts(conf, plan: RolePlan) -> tuple[int, int]:
 def require_state(roles: dict, linear_layers: int) -> None:
     """A census needs state to count: ssm state, or conv state alone (short-conv
     hybrids keep only a convolution window per layer)."""
-    components = next(iter(roles.values()))["upstream"].components
+    components = next(iter(roles.values())).upstream.components
     if components["ssm state"] == 0 and components["conv state"] == 0:
         raise CensusError(
             f"SGLang gives this config's {linear_layers} linear-attention layers "

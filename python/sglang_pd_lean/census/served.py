@@ -20,6 +20,7 @@ import json
 import os
 from typing import Any
 
+from sglang_pd_lean.census.flags import launch_parser
 from sglang_pd_lean.census.gpus import Gpu
 from sglang_pd_lean.census.inputs import CensusError
 
@@ -39,14 +40,6 @@ NOT_SIZING = (
     # back; the graphs' share of memory is in the resolved mem_fraction_static.
     "cuda_graph_config",
 )
-
-
-def _parser() -> argparse.ArgumentParser:
-    from sglang.srt.server_args import ServerArgs
-
-    parser = argparse.ArgumentParser(add_help=False)
-    ServerArgs.add_cli_args(parser)
-    return parser
 
 
 def _flag(action: argparse.Action) -> str:
@@ -87,7 +80,7 @@ def server_argv(info: dict, model: str | None = None) -> list[str]:
             fields["speculative_draft_model_path"] = model
         fields["model_path"] = model
     argv = []
-    for action in _parser()._actions:
+    for action in launch_parser()._actions:
         dest = action.dest
         if not action.option_strings or dest not in fields or dest in NOT_SIZING:
             continue
@@ -113,10 +106,10 @@ def model_of(info: dict, model: str | None) -> str:
 
 
 def predict(info: dict, gpu: Gpu, model: str | None, available_gib: float | None):
-    """The report's result for the server ``info`` describes (its role only),
-    with the advice for a prefill server."""
-    from sglang_pd_lean.census.advice import advise
-    from sglang_pd_lean.census.server import Launch, check, run_launch
+    """The report (``census.report``) for the server ``info`` describes, its
+    role only, with the advice for a prefill server."""
+    from sglang_pd_lean.census.launch import Launch
+    from sglang_pd_lean.census.report import report
 
     argv = server_argv(info, model_of(info, model))
     if info.get("device") == "cpu" and available_gib is None:
@@ -124,10 +117,5 @@ def predict(info: dict, gpu: Gpu, model: str | None, available_gib: float | None
             "a CPU server's budget is the host's free memory at start-up, and "
             "without the plugin's record it is not on /server_info"
         )
-    launch = Launch(argv=argv, gpu=gpu, available_gib=available_gib)
-    check(launch)
-    role = info.get("disaggregation_mode") or "null"
-    result = run_launch(launch, only=(role,))
-    if role == "prefill":
-        result.update(advise(launch, result))
-    return result
+    launch = Launch(argv=tuple(argv), gpu=gpu, available_gib=available_gib)
+    return report(launch, roles=(info.get("disaggregation_mode") or "null",))

@@ -1,42 +1,39 @@
-"""The census of the operator's own server: their launch flags, their GPU.
+"""The census of one resolved launch: per role, its pools, sizing and memory.
 
-    result = run_launch(Launch(argv=["--model-path", folder, "--tp", "4"], gpu=gpu))
-    result["resolved"]["decode"]["disable_radix_cache"]  # True: SGLang's PD hook
-    result["capacity"]["prefill"].plugin.kv_tokens  # typed (census.results)
+    done = resolve_launch(Launch(argv=("--tp", "4"), gpu=gpu))
+    parts = census_launch(done, ROLES, build=None)
+    parts.roles["prefill"].upstream.verify_only_bytes, parts.capacity["prefill"]
 
-The one road of every report (``report``'s census flags are shorthand for launch
-flags). Each role is the same flags with ``--disaggregation-mode`` replaced,
-resolved by SGLang (``launch``); the model on one rank is built once
-(``RankModel``); each role's memory per rank comes from ``memory``; its pools and
-sizing run on the resolved configuration, published as it is, with the page size
-and the draft-model description SGLang's own model runner would use. A launch with
-``sized=False`` (no memory named) builds each pool at the flags' own counts.
+The road of every report (``census.report``). Each role is the launch's flags with
+``--disaggregation-mode`` replaced, resolved by SGLang once (``ResolvedLaunch``);
+the model on one rank is built once (``RankModel``); each role's memory per rank
+comes from ``memory``; its pools and sizing run on the resolved configuration,
+published as it is, with the page size and the draft-model description SGLang's
+own model runner would use. A launch with ``sized=False`` (no memory named) builds
+each pool at the flags' own counts. An advice step (``prefill_capacity``) is the
+same road for the prefill server with flags added, stopped at its sizing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from sglang_pd_lean.census.flags import role_argv
 from sglang_pd_lean.census.inputs import (
-    DEFAULT_MODEL,
-    ROLES,
     CensusError,
     read_config_dict,
     sglang_rejects,
 )
 from sglang_pd_lean.census.launch import (
-    Gpu,
+    Launch,
     Resolved,
+    ResolvedLaunch,
     exported,
-    given_role,
-    model_path,
     resolve,
     resolved_fields,
-    role_argv,
     summary,
 )
 from sglang_pd_lean.census.memory import (
@@ -50,11 +47,22 @@ from sglang_pd_lean.census.model import (
     cache_params_of,
     check_tp_heads,
     linear_of,
-    model_folder,
     stage_layers,
 )
 from sglang_pd_lean.census.pools import parallel, published
-from sglang_pd_lean.census.results import Capacity, Sizing
+from sglang_pd_lean.census.results import (
+    Capacity,
+    GivenMemory,
+    Head,
+    Inputs,
+    Memory,
+    ModelledMemory,
+    Pair,
+    Resolution,
+    RoleSizing,
+    Sizing,
+    frozen_map,
+)
 from sglang_pd_lean.census.roles import (
     RolePlan,
     census_role,
@@ -64,55 +72,6 @@ from sglang_pd_lean.census.roles import (
 from sglang_pd_lean.census.warmup import warmup_rows
 from sglang_pd_lean.census.weights import BUILD_ENV, Build, build_weights
 from sglang_pd_lean.shims import setting
-
-
-@dataclasses.dataclass
-class Launch:
-    argv: list[str]  # launch_server flags, as the operator passes them
-    gpu: Gpu
-    model: str | None = None  # a bundled model, as --model-path
-    config: str | None = None  # a config.json or model folder, as --model-path
-    available_gib: float | None = None  # exact total_rest_memory, every role
-    weights_gib: float | None = None  # target + draft weights per rank
-    weights: Weights | None = None  # already known (a rerun of the same model)
-    # False: no memory is named (census flags alone): the pools at the flags' own
-    # counts, with no weights, sizing, capacity or advice.
-    sized: bool = True
-
-
-def launch_argv(launch: Launch) -> tuple[list[str], str, str]:
-    """(flags with a --model-path, the model folder, the model's name for the
-    report). Plain Python: bad paths are found before SGLang's import."""
-    path = model_path(launch.argv)
-    if path is not None and (launch.model or launch.config):
-        raise CensusError(
-            "give the model once: --model/--config, or --model-path after --"
-        )
-    if path is None and not launch.config:
-        name = launch.model or DEFAULT_MODEL
-        data = read_config_dict(model=name)
-        folder = model_folder(data)
-        return [*launch.argv, "--model-path", folder], folder, name
-    given = launch.config or path
-    data = read_config_dict(config=given)
-    if os.path.isdir(given):
-        folder = given
-    elif os.path.basename(given) == "config.json":
-        folder = os.path.dirname(os.path.abspath(given))
-    else:
-        folder = model_folder(data)
-    argv = launch.argv if path is not None else [*launch.argv, "--model-path", folder]
-    return list(argv), folder, os.path.abspath(given)
-
-
-def check(launch: Launch) -> None:
-    """Everything plain Python can check, before SGLang's import."""
-    if launch.gpu.sm == 0 and launch.available_gib is None:
-        raise CensusError(
-            "--gpu local supplies no GPU memory: give --available-gib (the "
-            "total_rest_memory the server's sizing receives)"
-        )
-    launch_argv(launch)
 
 
 def spec_aux(server_args, mc):
@@ -184,163 +143,122 @@ def rank_model(base: dict, folder: str) -> RankModel:
     return RankModel(mc, linear, cache_params, layers, tp, pp)
 
 
-def run_launch(
-    launch: Launch, only: tuple[str, ...] = ROLES, build: Build | None = None
-) -> dict:
-    """The census per role for the launch: resolved values, memory, pools, sizing.
-    ``only``: the roles wanted (a caller that needs one role's capacity, e.g.
-    one sizing step of a search, saves the others' resolution and pools).
-    ``build``: the launch's weights build, already started (``weights_build``);
-    where the sizing needs one and none is given, it starts here, from the
-    resolution of the role the flags name."""
-    argv, folder, name = launch_argv(launch)
-    role = given_role(argv)
-    columns = tuple(r for r in ROLES if r in only)
-    resolving = tuple(r for r in ROLES if r in columns or r == role)
-    resolved = {r: resolve(role_argv(argv, r), launch.gpu) for r in resolving}
-    servers = {r: done.server_args for r, done in resolved.items()}
-    started = (
-        contextlib.nullcontext(build)
-        if build is not None
-        else weights_build(launch, resolved[role])
-    )
-    # The environment SGLang's resolution set, as a server process keeps it.
-    with started as build, exported(resolved[role].environ):
-        road = _Road(launch, argv, folder, name, role, columns)
-        return _census(road, servers, build)
-
-
 @contextlib.contextmanager
-def weights_build(
-    launch: Launch, done: Resolved | None = None
-) -> Iterator[Build | None]:
+def weights_build(done: ResolvedLaunch) -> Iterator[Build | None]:
     """SGLang's model classes for the launch built in a forked child
     (``census.weights``), where the sizing needs the weights and nothing else gives
-    them; None otherwise. ``done``: the role the flags name, already resolved (else
-    it is resolved here). The child starts as soon as that role is resolved, so
-    that the build runs beside the rest (the report starts it before it loads the
-    plugins: no gate hooks the resolution or the model classes), and is stopped at
+    them; None otherwise. The child starts from the role the flags name, as
+    resolved, runs beside the rest of the report (the plugins' loading, the
+    census: no gate hooks the resolution or the model classes), and is stopped at
     the block's end if its answer was never read."""
-    if not _builds(launch):
+    if not (_needs_weights(done.launch) and done.launch.weights_gib is None):
         yield None
         return
-    if done is None:
-        argv, _, _ = launch_argv(launch)
-        done = resolve(role_argv(argv, given_role(argv)), launch.gpu)
-    with exported(done.environ):
-        build = Build(done.server_args)
+    if not build_weights():
+        yield None
+        return
+    with exported(done.named.environ):
+        build = Build(done.named.server_args)
     try:
         yield build
     finally:
         build.cancel()
 
 
-def _builds(launch: Launch) -> bool:
-    """The sizing needs the weights, only a build can give them, and it is on."""
-    return _needs_weights(launch) and launch.weights_gib is None and build_weights()
-
-
 def _needs_weights(launch: Launch) -> bool:
-    """The sizing needs the weights per rank, and they are not known yet."""
-    return launch.sized and launch.available_gib is None and launch.weights is None
+    """The sizing needs the weights per rank: memory is not named directly."""
+    return launch.sized and launch.available_gib is None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Road:
-    """One census's launch: the flags as resolved, and the roles wanted."""
-
-    launch: Launch
-    argv: list[str]
-    folder: str
-    name: str
-    role: str  # the role the flags name
-    columns: tuple[str, ...]  # the roles reported
-
-
-def _weights(road: _Road, tp: int, build) -> Weights | None:
+def _weights(done: ResolvedLaunch, tp: int, build: Build | None) -> Weights | None:
     """Target and draft weights per rank, where the sizing needs them."""
-    launch = road.launch
+    launch = done.launch
     if not _needs_weights(launch):
-        return launch.weights
+        return None
     built = build.result() if build is not None else None
     weights = weights_per_rank(
-        road.folder, tp=tp, built=built, weights_gib=launch.weights_gib
+        done.folder, tp=tp, built=built, weights_gib=launch.weights_gib
     )
     if weights is None:
         why = built.error if built else f"{BUILD_ENV} is off"
         raise CensusError(
-            f"cannot tell the weights per rank of {road.name}: SGLang's model class "
-            f"did not build ({why}) and there is no {road.folder}/{INDEX}; "
+            f"cannot tell the weights per rank of {done.name}: SGLang's model class "
+            f"did not build ({why}) and there is no {done.folder}/{INDEX}; "
             f"give --weights-gib (per rank) or --available-gib"
         )
     return weights
 
 
-def memory_of(launch: Launch, fields: dict, weights: Weights | None) -> dict | None:
+def memory_of(
+    launch: Launch, fields: dict, weights: Weights | None, draft_layers: int
+) -> Memory | None:
     """The memory one role's sizing receives, and where it comes from; None for a
     census that does not size (the pools at the flags' own counts)."""
     if not launch.sized:
         return None
     if launch.available_gib is not None:
-        return {"available_gib": launch.available_gib, "source": "--available-gib"}
+        return GivenMemory(
+            available_gib=launch.available_gib, draft_layers_in_kv_sizing=draft_layers
+        )
     mfs = fields["mem_fraction_static"]
-    return {
-        "gpu_gib": launch.gpu.memory_gib,
-        "cuda_context_gib": CUDA_CONTEXT_GIB,
-        "mem_fraction_static": mfs,
-        "weights_bytes": weights.target_bytes,
-        "draft_weights_bytes": weights.draft_bytes,
-        "weights_source": weights.source,
-        "available_gib": available_gib(
+    return ModelledMemory(
+        gpu_gib=launch.gpu.memory_gib,
+        cuda_context_gib=CUDA_CONTEXT_GIB,
+        mem_fraction_static=mfs,
+        weights_bytes=weights.target_bytes,
+        draft_weights_bytes=weights.draft_bytes,
+        weights_source=weights.source,
+        available_gib=available_gib(
             gpu_gib=launch.gpu.memory_gib, mem_fraction_static=mfs, weights=weights
         ),
-        "source": "(T - C) * mem_fraction_static - weights",
-    }
-
-
-def _role_census(model: RankModel, fields: dict, memory: dict | None) -> tuple:
-    """One role's (pools, sizing or None), with SGLang's draft-model description."""
-    plan = _plan(model, fields, memory)
-    pools, sizing = census_role(model.config, model.layers, plan)
-    if sizing is not None:
-        sizing = dataclasses.replace(
-            sizing,
-            upstream=_named(sizing.upstream, fields),
-            plugin=_named(sizing.plugin, fields),
-        )
-    if memory is not None:
-        memory["draft_layers_in_kv_sizing"] = plan.spec_aux.eagle_draft_num_layers or 0
-    return pools, sizing
-
-
-def _plan(model: RankModel, fields: dict, memory: dict | None) -> RolePlan:
-    """How one role's columns are built and sized, for its resolved ``fields``."""
-    with published(**fields) as server_args:
-        aux = spec_aux(server_args, model.config)
-    return RolePlan(
-        fields=fields,
-        slots=fields["max_mamba_cache_size"],
-        requests=fields["max_running_requests"] or 256,
-        available_gib=max(memory["available_gib"], 1e-9) if memory else None,
-        page_size=fields["page_size"] or 1,
-        spec_aux=aux,
+        draft_layers_in_kv_sizing=draft_layers,
     )
 
 
-def prefill_capacity(launch: Launch) -> Capacity:
-    """What SGLang's sizing gives the prefill server of ``launch`` with the plugin,
-    and the memory it received: the same road as ``run_launch`` (resolution, the
-    model on one rank, memory, sizing), stopped where an advice step has its answer
-    (no pools, no upstream column, no warm-up rows). ``launch`` names the memory or
-    carries its weights."""
-    argv, folder, _ = launch_argv(launch)
-    done = resolve(role_argv(argv, "prefill"), launch.gpu)
-    fields = resolved_fields(done.server_args)
-    with exported(done.environ), parallel(tp=fields["tp_size"]):
-        model = rank_model(fields, folder)
-        memory = memory_of(launch, fields, launch.weights)
-        sized = plugin_sizing(model.config, model.layers, _plan(model, fields, memory))
-    return Capacity.of(sized, memory["available_gib"])
+def weights_of(memory: Memory | None) -> Weights | None:
+    """The weights a modelled memory was computed with (an advice step's)."""
+    if not isinstance(memory, ModelledMemory):
+        return None
+    return Weights(memory.weights_bytes, memory.draft_weights_bytes, memory.weights_source)
+
+
+def _planned(
+    model: RankModel, launch: Launch, fields: dict, weights: Weights | None
+) -> tuple[RolePlan, Memory | None]:
+    """How one role's columns are built and sized, for its resolved ``fields``,
+    and the memory its sizing receives."""
+    with published(**fields) as server_args:
+        aux = spec_aux(server_args, model.config)
+    memory = memory_of(launch, fields, weights, aux.eagle_draft_num_layers or 0)
+    plan = RolePlan(
+        fields=fields,
+        slots=fields["max_mamba_cache_size"],
+        requests=fields["max_running_requests"] or 256,
+        available_gib=max(memory.available_gib, 1e-9) if memory else None,
+        page_size=fields["page_size"] or 1,
+        spec_aux=aux,
+    )
+    return plan, memory
+
+
+def prefill_capacity(
+    done: ResolvedLaunch, flags: tuple[str, ...], weights: Weights | None
+) -> Capacity:
+    """What SGLang's sizing gives the prefill server of ``done`` with ``flags``
+    added, with the plugin, and the memory it received: the road of
+    ``census_launch`` (resolution, the model on one rank, memory, sizing), stopped
+    where an advice step has its answer. No flags: the prefill server as resolved
+    already; else one resolution. ``weights``: the first run's (same model)."""
+    prefill = done.resolved["prefill"]
+    if flags:
+        argv = [*role_argv(list(done.argv), "prefill"), *flags]
+        prefill = resolve(argv, done.launch.gpu)
+    fields = resolved_fields(prefill.server_args)
+    with exported(prefill.environ), parallel(tp=fields["tp_size"]):
+        model = rank_model(fields, done.folder)
+        plan, memory = _planned(model, done.launch, fields, weights)
+        sized = plugin_sizing(model.config, model.layers, plan)
+    return Capacity.of(sized, memory.available_gib)
 
 
 def _named(sized: Sizing, fields: dict) -> Sizing:
@@ -356,56 +274,84 @@ def _named(sized: Sizing, fields: dict) -> Sizing:
     )
 
 
-def _census(road: _Road, servers: dict, build) -> dict:
-    fields = {r: resolved_fields(s) for r, s in servers.items()}
-    base = fields[road.role]
-    with parallel(tp=base["tp_size"]):
-        model = rank_model(base, road.folder)
-        weights = _weights(road, model.tp, build)
-        roles, capacity, memory, warm = {}, {}, {}, {}
-        for r in road.columns:
-            memory[r] = memory_of(road.launch, fields[r], weights)
-            roles[r], capacity[r] = _role_census(model, fields[r], memory[r])
-            requests = roles[r]["plugin"].request_slots
-            draft = fields[r]["speculative_num_draft_tokens"] or 1
-            warm[r] = (fields[r], requests, draft)
-        warmup = warmup_rows(model.config, warm)
-    require_state(roles, len(list(model.cache_params.layers)))
-    result = _assemble(road, model, base, roles)
-    result["resolved"] = {r: summary(servers[r]) for r in road.columns}
-    result["warmup"] = warmup
-    if road.launch.sized:
-        first = memory.get(road.role, memory[road.columns[0]])
-        result["inputs"]["available_gib"] = first["available_gib"]
-        result["inputs"]["mamba_sizing"] = _sizing_name(base)
-        result.update(memory=memory, capacity=capacity)
-    return result
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Census:
+    """The census of one resolved launch, per role shown (``Report``'s parts)."""
+
+    sglang_version: str
+    model: str
+    launch: Any  # results.Head
+    inputs: Inputs
+    resolved: Mapping[str, Resolution]
+    roles: Mapping[str, Pair]
+    warmup: Mapping[str, Pair]
+    memory: Mapping[str, Memory] | None
+    capacity: Mapping[str, RoleSizing] | None
 
 
-def _assemble(road: _Road, model: RankModel, base: dict, roles: dict) -> dict:
-    """The result's head: what was run, on what, and the pools per role."""
+def census_launch(
+    done: ResolvedLaunch, columns: tuple[str, ...], build: Build | None
+) -> Census:
+    """The census per role of ``columns`` (each resolved in ``done``): memory,
+    pools, sizing, warm-up buffers. ``build``: the launch's weights build, started
+    (``weights_build``), where the sizing needs one."""
     import sglang
 
-    return {
-        "sglang_version": sglang.__version__,
-        "model": road.name,
-        "launch": {
-            "argv": road.argv,
-            "role": road.role,
-            "gpu": dataclasses.asdict(road.launch.gpu),
-            "sized": road.launch.sized,
-        },
-        "inputs": {
-            "tp": model.tp,
-            "pp": model.pp,
-            "pp_stage_layers": list(model.layers),
-            "max_running_requests": base["max_running_requests"],
-            "max_mamba_cache_size": base["max_mamba_cache_size"],
-            "speculative_num_draft_tokens": base["speculative_num_draft_tokens"] or 0,
-            "mamba_ssm_dtype": model.ssm_dtype,
-            "context_length": model.config.context_len,
-            "page_size": base["page_size"] or 1,
-            "mamba_radix_cache_strategy": base.get("mamba_radix_cache_strategy"),
-        },
-        "roles": roles,
-    }
+    with exported(done.named.environ):
+        fields = {r: resolved_fields(done.resolved[r].server_args) for r in columns}
+        base = resolved_fields(done.named.server_args)
+        with parallel(tp=base["tp_size"]):
+            model = rank_model(base, done.folder)
+            weights = _weights(done, model.tp, build)
+            roles, capacity, memory, warm = {}, {}, {}, {}
+            for r in columns:
+                plan, memory[r] = _planned(model, done.launch, fields[r], weights)
+                pools, sizing = census_role(model.config, model.layers, plan)
+                roles[r] = Pair(upstream=pools["upstream"], plugin=pools["plugin"])
+                capacity[r] = _named_sizing(sizing, fields[r])
+                draft = fields[r]["speculative_num_draft_tokens"] or 1
+                warm[r] = (fields[r], roles[r].plugin.request_slots, draft)
+            warmup = warmup_rows(model.config, warm)
+    require_state(roles, len(list(model.cache_params.layers)))
+    sized = done.launch.sized
+    # The memory of the role the flags name (else the first shown), sized.
+    named = memory.get(done.role) or next(iter(memory.values()))
+    return Census(
+        sglang_version=sglang.__version__,
+        model=done.name,
+        launch=Head(argv=done.argv, role=done.role, gpu=done.launch.gpu, sized=sized),
+        inputs=_inputs(model, base, named if sized else None),
+        resolved=frozen_map({r: summary(done.resolved[r].server_args) for r in roles}),
+        roles=frozen_map(roles),
+        warmup=frozen_map(warmup),
+        memory=frozen_map(memory) if sized else None,
+        capacity=frozen_map(capacity) if sized else None,
+    )
+
+
+def _named_sizing(sizing: RoleSizing | None, fields: dict) -> RoleSizing | None:
+    if sizing is None:
+        return None
+    return dataclasses.replace(
+        sizing,
+        upstream=_named(sizing.upstream, fields),
+        plugin=_named(sizing.plugin, fields),
+    )
+
+
+def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
+    """The role the launch names, as resolved; ``memory``: its memory, sized."""
+    return Inputs(
+        tp=model.tp,
+        pp=model.pp,
+        pp_stage_layers=model.layers,
+        max_running_requests=base["max_running_requests"],
+        max_mamba_cache_size=base["max_mamba_cache_size"],
+        speculative_num_draft_tokens=base["speculative_num_draft_tokens"] or 0,
+        mamba_ssm_dtype=model.ssm_dtype,
+        context_length=model.config.context_len,
+        page_size=base["page_size"] or 1,
+        mamba_radix_cache_strategy=base.get("mamba_radix_cache_strategy"),
+        available_gib=memory.available_gib if memory else None,
+        mamba_sizing=_sizing_name(base) if memory else None,
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import types
 
 from sglang_pd_lean.census.pools import published
+from sglang_pd_lean.census.results import Pair, Warmup
 from sglang_pd_lean.role import upstream_behaviour
 from sglang_pd_lean.shims import setting
 
@@ -53,7 +54,7 @@ def autotune_buffer_bytes(mc, server_args, max_bs: int, draft_tokens: int) -> in
     return sum(storages.values())
 
 
-def warmup_rows(mc, plans: dict[str, tuple[dict, int, int]]) -> dict:
+def warmup_rows(mc, plans: dict[str, tuple[dict, int, int]]) -> dict[str, Pair]:
     """Per role: transient warmup buffers, upstream vs plugin. ``plans``: per role,
     (ServerArgs fields, eager batch size, draft tokens per request)."""
     rows = {}
@@ -62,8 +63,8 @@ def warmup_rows(mc, plans: dict[str, tuple[dict, int, int]]) -> dict:
             with upstream_behaviour():
                 upstream = autotune_buffer_bytes(mc, server_args, max_bs, draft_tokens)
             plugin = autotune_buffer_bytes(mc, server_args, max_bs, draft_tokens)
-        rows[role] = {
-            "upstream": {"autotune_buffers_bytes": upstream},
-            "plugin": {"autotune_buffers_bytes": plugin},
-        }
+        rows[role] = Pair(
+            upstream=Warmup(autotune_buffers_bytes=upstream),
+            plugin=Warmup(autotune_buffers_bytes=plugin),
+        )
     return rows

@@ -156,9 +156,9 @@ def _lacking() -> WeightsBuild | None:
     """No build where SGLang lacks a seam it needs (the other sources answer, and
     say why). Asked here, not in the parent: resolving the seams imports SGLang's
     loader, which only the child needs."""
-    from sglang_pd_lean import seams
+    from sglang_pd_lean import seams, survey
 
-    lacking = seams.missing(seams.Part.WEIGHTS)
+    lacking = survey.missing(seams.Part.WEIGHTS)
     if not lacking:
         return None
     return WeightsBuild(

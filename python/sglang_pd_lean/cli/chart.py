@@ -1,7 +1,7 @@
 """The report as a PNG: a stacked bar per role and column, the table's rows as legend.
 
     check_png_target("census.png")  # before the census: fail early, write nothing
-    draw_png(result, "census.png")
+    draw_png(report, "census.png")
 
 Needs matplotlib (``pip install 'sglang-pd-lean[report]'``); drawn with the Agg backend.
 """
@@ -16,7 +16,7 @@ from sglang_pd_lean.cli.args import UsageError
 from sglang_pd_lean.cli.table import component_rows
 
 
-def chart(result: dict):
+def chart(report):
     """A matplotlib figure: a stacked bar per role and column, the table's rows as
     its legend, outside the axes."""
     import matplotlib
@@ -26,13 +26,13 @@ def chart(result: dict):
 
     from sglang_pd_lean.units import GIB
 
-    roles = result["roles"]
+    roles = report.roles
     labels, columns = [], []
     for role, cols in roles.items():
         for col in COLUMNS:
             labels.append(f"{ROLE_TITLES[role]}\n{col}")
-            columns.append(cols[col].components)
-    capacity = result.get("capacity")
+            columns.append(cols.column(col).components)
+    capacity = report.capacity
     if capacity:
         fig, (ax, kv_ax) = plt.subplots(
             1, 2, figsize=(18, 6), gridspec_kw={"width_ratios": [3, 2]}
@@ -44,12 +44,12 @@ def chart(result: dict):
         heights = [sum(col.get(n, 0) for n in names) / GIB for col in columns]
         ax.bar(labels, heights, bottom=bottoms, label=label)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    inputs = result["inputs"]
+    inputs = report.inputs
     ax.set_ylabel("GiB per rank")
     ax.set_title(
-        f"{os.path.basename(str(result['model']))}: TP {inputs['tp']}, "
-        f"{inputs['speculative_num_draft_tokens']} draft tokens "
-        f"(SGLang {result['sglang_version']})"
+        f"{os.path.basename(str(report.model))}: TP {inputs.tp}, "
+        f"{inputs.speculative_num_draft_tokens} draft tokens "
+        f"(SGLang {report.sglang_version})"
     )
     ax.set_ylim(top=max(bottoms) * 1.05 or 1.0)
     # Outside the axes, so it never covers a bar; top to bottom as the stack.
@@ -62,12 +62,12 @@ def chart(result: dict):
         bbox_to_anchor=(1.01, 1.0),
     )
     if capacity:
-        capacity_bars(kv_ax, capacity, result.get("advice") or [])
+        capacity_bars(kv_ax, capacity, report.advice or ())
     fig.tight_layout()
     return fig
 
 
-def capacity_bars(ax, capacity: dict, advice: list) -> None:
+def capacity_bars(ax, capacity, advice) -> None:
     """KV cache GiB per role and column (and per advised choice on the prefill
     target), each bar labelled with its KV tokens."""
     from sglang_pd_lean.units import GIB
@@ -95,11 +95,11 @@ def capacity_bars(ax, capacity: dict, advice: list) -> None:
     ax.tick_params(axis="x", labelsize=8)
 
 
-def draw_png(result: dict, path: str) -> None:
+def draw_png(report, path: str) -> None:
     """The chart as PNG, to exactly ``path`` whatever its extension."""
     import matplotlib.pyplot as plt
 
-    fig = chart(result)
+    fig = chart(report)
     with open(path, "wb") as f:
         fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)

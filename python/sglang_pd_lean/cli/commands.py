@@ -8,7 +8,6 @@ SIGINT, SIGTERM and SIGHUP end the command with one line and exit code 128 + sig
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import os
@@ -19,11 +18,6 @@ from sglang_pd_lean.census.inputs import CensusError, check_slots
 from sglang_pd_lean.cli.args import UsageError, parse
 from sglang_pd_lean.cli.chart import check_png_target, draw_png
 from sglang_pd_lean.cli.doctor import cmd_doctor
-from sglang_pd_lean.cli.environment import (
-    load_sglang_plugins,
-    require_seams,
-    require_sglang,
-)
 from sglang_pd_lean.cli.table import render_table
 
 # ``report --json``'s schema (docs/json.md): changes when a key is renamed or
@@ -40,55 +34,29 @@ class _Stopped(BaseException):
 
 
 def cmd_report(args) -> int:
+    """Parse, ``census.report``, print."""
     from sglang_pd_lean import census
-    from sglang_pd_lean.census.server import check, weights_build
 
     if args.list_models:
         for name in census.bundled_models():
             print(name)
         return 0
-    launch, shorthand = report_launch(args)
-    # Everything plain Python can check, before SGLang's import (~20 s).
-    check(launch)
+    launch = report_launch(args)
     if args.png:
         check_png_target(args.png)
-    require_sglang()
-    launch = merged(launch, shorthand)
-    # The weights build runs in a child beside the plugins' loading and the census.
-    with weights_build(launch) as build:
-        load_sglang_plugins()
-        require_seams()
-        return _report(args, report_result(launch, build))
+    return _print(args, census.report(launch))
 
 
-def merged(launch, shorthand: list[str]):
-    """``launch`` with the census flags' ``shorthand`` added to its flags."""
-    from sglang_pd_lean.census.launch import merged_argv
-
-    return dataclasses.replace(launch, argv=merged_argv(shorthand, launch.argv))
-
-
-def report_result(launch, build=None) -> dict:
-    """The report's result: the census of ``launch`` (its weights from ``build``,
-    a started ``census.server.weights_build``, where the sizing needs them), and the
-    advice where it is sized."""
-    from sglang_pd_lean.census.advice import advise
-    from sglang_pd_lean.census.server import run_launch
-
-    result = run_launch(launch, build=build)
-    if launch.sized:
-        result.update(advise(launch, result))
-    return result
-
-
-def report_launch(args) -> tuple:
-    """(the launch ``report`` describes, the census flags' launch flags still to
-    add to the flags after --). The census flags are shorthand for the launch flags
-    they name; alone they describe a speculative server
-    (``census.launch.SHORTHAND_DEFAULTS``). Sized where a launch command or the
-    memory is given; census flags alone: the pools at their own counts."""
-    from sglang_pd_lean.census.launch import SHORTHAND, gpu_facts, shorthand_argv
-    from sglang_pd_lean.census.server import Launch
+def report_launch(args):
+    """The launch ``report`` describes (``census.Launch``), checked as far as plain
+    Python can before SGLang's import. The census flags are shorthand for the
+    launch flags they name, added to the flags after --; alone they describe a
+    speculative server (``census.flags.SHORTHAND_DEFAULTS``). Sized where a launch
+    command or the memory is given; census flags alone: the pools at their own
+    counts."""
+    from sglang_pd_lean.census.flags import SHORTHAND, shorthand_argv
+    from sglang_pd_lean.census.gpus import gpu_facts
+    from sglang_pd_lean.census.launch import Launch, check
 
     check_slots(
         max_running_requests=args.max_running_requests,
@@ -100,7 +68,8 @@ def report_launch(args) -> tuple:
     )
     memory = (args.gpu, args.gpu_memory_gib, args.gpu_sm, args.available_gib)
     launch = Launch(
-        argv=shorthand if alone else list(args.launch),
+        argv=tuple(shorthand if alone else args.launch),
+        shorthand=() if alone else tuple(shorthand),
         gpu=gpu_facts(args.gpu, args.gpu_memory_gib, args.gpu_sm),
         model=args.model,
         config=args.config,
@@ -108,27 +77,26 @@ def report_launch(args) -> tuple:
         weights_gib=args.weights_gib,
         sized=not alone or any(v is not None for v in (*memory, args.weights_gib)),
     )
-    return launch, [] if alone else shorthand
+    check(launch)
+    return launch
 
 
-def _report(args, result: dict) -> int:
-    from sglang_pd_lean import plugin
-
-    result["plugin_gates"] = {gate.name: gate.state for gate in plugin.decision().plans}
+def _print(args, report) -> int:
+    """``report`` as JSON or a table (and a chart where asked)."""
     if args.json:
         from sglang_pd_lean.census.results import jsonable
 
-        payload = {"schema_version": SCHEMA_VERSION, **jsonable(result)}
+        payload = {"schema_version": SCHEMA_VERSION, **jsonable(report)}
         print(json.dumps(payload, indent=2))
     else:
-        print(render_table(result))
+        print(render_table(report))
         print()
         print(
             "plugin gates on this SGLang: "
-            + ", ".join(f"{k}: {v}" for k, v in result["plugin_gates"].items())
+            + ", ".join(f"{k}: {v}" for k, v in report.plugin_gates.items())
         )
     if args.png:
-        draw_png(result, args.png)
+        draw_png(report, args.png)
         print(f"chart written to {os.path.abspath(args.png)}", file=sys.stderr)
     return 0
 

@@ -11,19 +11,19 @@ from __future__ import annotations
 import importlib.util
 import json
 
-from sglang_pd_lean.cli.environment import quiet_sglang
+from sglang_pd_lean.census.environment import quiet_sglang
 
 
 def doctor_report() -> dict:
     """The installed SGLang, every gate's state, and whether the plugin is healthy:
     ``compat.decide()``, the answer ``plugin.register()`` acts on."""
-    from sglang_pd_lean import compat, seams
+    from sglang_pd_lean import compat, seams, survey
 
     decision = compat.decide()
     supported = compat.is_supported(decision.version)
-    surveyed = seams.survey(decision.version) if decision.version else []
+    surveyed = survey.survey(decision.version) if decision.version else []
     missing = [
-        seams.Missing(x.seam, x.error) for x in surveyed if x.expected and not x.found
+        survey.Missing(x.seam, x.error) for x in surveyed if x.expected and not x.found
     ]
     every = [
         {

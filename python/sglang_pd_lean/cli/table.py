@@ -1,7 +1,7 @@
 """The report as a table: one column per role and column (upstream, plugin), rows per
 component, capacity and notes.
 
-    print(render_table(census.run_launch(launch)))
+    print(render_table(census.report(launch)))
 
 Cells read in GiB, MiB, KiB or B (``sglang_pd_lean.units``); columns right-aligned.
 """
@@ -12,6 +12,8 @@ import shlex
 
 from sglang_pd_lean.accounting import COMPONENT_ORDER
 from sglang_pd_lean.census.inputs import COLUMNS, ROLE_TITLES
+from sglang_pd_lean.census.results import ModelledMemory, Report
+from sglang_pd_lean.cli.grid import column_widths, grid
 from sglang_pd_lean.units import human_bytes
 
 OTHER = "other bookkeeping"
@@ -22,11 +24,11 @@ def _signed(nbytes: int) -> str:
     return sign + human_bytes(abs(nbytes))
 
 
-def component_rows(roles: dict) -> list[tuple[str, tuple[str, ...]]]:
+def component_rows(roles) -> list[tuple[str, tuple[str, ...]]]:
     """(row label, components summed in it): the named components that are
     non-zero somewhere, in upstream's order, then the rest as one bookkeeping row.
-    The table and the chart both use these."""
-    columns = [col for r in roles.values() for col in r.values()]
+    The table and the chart both use these (``roles``: per role, a ``Pair``)."""
+    columns = [r.column(col) for r in roles.values() for col in COLUMNS]
     present = {c for col in columns for c, n in col.components.items() if n}
     rows = [(name, (name,)) for name in COMPONENT_ORDER if name in present]
     others = tuple(sorted(present - set(COMPONENT_ORDER)))
@@ -37,7 +39,7 @@ def component_rows(roles: dict) -> list[tuple[str, tuple[str, ...]]]:
 
 def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
     """Right-aligned columns as wide as their widest cell; the role titles span two."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    widths = column_widths(rows)
     widths[0] = max(widths[0], 10)
     for i in range(1, len(widths), 2):  # a title wider than its two widens the second
         widths[i + 1] = max(widths[i + 1], len(header[(i + 1) // 2]) - widths[i] - 2)
@@ -48,49 +50,44 @@ def _grid(header: list[str], rows: list[list[str]]) -> list[str]:
             for k, title in enumerate(header[1:])
         )
     ]
-    for row in rows:
-        cells = "".join(f"  {cell:>{widths[i]}}" for i, cell in enumerate(row[1:], 1))
-        lines.append(f"{row[0]:{widths[0]}}{cells}".rstrip())
-    return lines
+    return lines + grid(rows, widths=widths)
 
 
-def render_table(result: dict) -> str:
+def render_table(report: Report) -> str:
     """The whole report: header, launch, pools per role and column, capacity,
     sizing notes and advice."""
-    lines = _head(result)
-    if "resolved" in result:
-        lines += launch_header(result) + [""]
-    roles, capacity = result["roles"], result.get("capacity")
-    rows = _pool_rows(roles) + _warmup_rows(result.get("warmup"))
+    lines = _head(report) + launch_header(report) + [""]
+    roles, capacity = report.roles, report.capacity
+    rows = _pool_rows(roles) + _warmup_rows(report.warmup)
     if capacity:
         rows += _capacity_rows(capacity)
     lines += _grid([""] + [ROLE_TITLES[role] for role in roles], rows)
     if capacity:
-        lines += ["", *_sizing_lines(result), *_capacity_notes(result)]
-    if "advice" in result:
-        lines += ["", *advice_lines(result)]
+        lines += ["", *_sizing_lines(report), *_capacity_notes(report)]
+    if report.advice is not None:
+        lines += ["", *advice_lines(report)]
     return "\n".join(lines)
 
 
-def _head(result: dict) -> list[str]:
-    inputs = result["inputs"]
-    stage = inputs["pp_stage_layers"]
-    strategy = inputs.get("mamba_radix_cache_strategy")
+def _head(report: Report) -> list[str]:
+    inputs = report.inputs
+    stage = inputs.pp_stage_layers
+    strategy = inputs.mamba_radix_cache_strategy
     return [
-        f"SGLang {result['sglang_version']}, model {result['model']}: bytes per rank",
-        f"TP {inputs['tp']}, PP {inputs['pp']} (layers {stage[0]}-{stage[1] - 1}), "
-        f"{inputs['speculative_num_draft_tokens']} draft tokens, "
-        f"ssm {inputs['mamba_ssm_dtype']}, context {inputs['context_length']}, "
-        f"page size {inputs['page_size']}"
+        f"SGLang {report.sglang_version}, model {report.model}: bytes per rank",
+        f"TP {inputs.tp}, PP {inputs.pp} (layers {stage[0]}-{stage[1] - 1}), "
+        f"{inputs.speculative_num_draft_tokens} draft tokens, "
+        f"ssm {inputs.mamba_ssm_dtype}, context {inputs.context_length}, "
+        f"page size {inputs.page_size}"
         + (f", mamba radix cache {strategy}" if strategy else ""),
         "",
     ]
 
 
-def _cells(roles: dict, cell) -> list[str]:
-    """One cell per role and column, in the table's order (``roles``: per role,
-    its columns by name)."""
-    return [cell(columns[col]) for columns in roles.values() for col in COLUMNS]
+def _cells(pairs, cell) -> list[str]:
+    """One cell per role and column, in the table's order (``pairs``: per role,
+    its columns: a ``Pair`` or a ``RoleSizing``)."""
+    return [cell(pair.column(col)) for pair in pairs.values() for col in COLUMNS]
 
 
 def _pool_rows(roles: dict) -> list[list[str]]:
@@ -114,30 +111,25 @@ def _pool_rows(roles: dict) -> list[list[str]]:
     )
     change = ["change with plugin"]
     for r in roles.values():
-        change += ["", _signed(r["plugin"].total_bytes - r["upstream"].total_bytes)]
+        change += ["", _signed(r.plugin.total_bytes - r.upstream.total_bytes)]
     rows.append(change)
     return rows
 
 
-def _warmup_rows(warm: dict | None) -> list[list[str]]:
+def _warmup_rows(warm) -> list[list[str]]:
     if not warm:
         return []
     return [
         ["warmup, transient:"] + [""] * (2 * len(warm)),
         ["autotune buffers"]
-        + _cells(warm, lambda w: human_bytes(w["autotune_buffers_bytes"])),
+        + _cells(warm, lambda w: human_bytes(w.autotune_buffers_bytes)),
     ]
 
 
-def _capacity_rows(capacity: dict) -> list[list[str]]:
-    columns = {
-        role: {col: sizing.column(col) for col in COLUMNS}
-        for role, sizing in capacity.items()
-    }
-
+def _capacity_rows(capacity) -> list[list[str]]:
     def cells(key, fmt):
         return _cells(
-            columns, lambda c: fmt(getattr(c, key)) if c.fits else "does not fit"
+            capacity, lambda c: fmt(getattr(c, key)) if c.fits else "does not fit"
         )
 
     return [
@@ -147,14 +139,14 @@ def _capacity_rows(capacity: dict) -> list[list[str]]:
     ]
 
 
-def _sizing_lines(result: dict) -> list[str]:
+def _sizing_lines(report: Report) -> list[str]:
     """How a sized census sized (its memory per role is in the rows above)."""
-    inputs = result["inputs"]
+    sizing = report.inputs.mamba_sizing
     lines = [
         "Sizing: SGLang's own, from the available memory above, per role; mamba "
-        f"slots {inputs['mamba_sizing']}."
+        f"slots {sizing}."
     ]
-    if inputs["mamba_sizing"].startswith("automatic"):
+    if sizing.startswith("automatic"):
         lines.append(
             "Automatic split: SGLang gives the mamba state a fixed share of the "
             "budget; on a prefill target the plugin spends the verify reservation "
@@ -163,10 +155,10 @@ def _sizing_lines(result: dict) -> list[str]:
     return lines
 
 
-def _capacity_notes(result: dict) -> list[str]:
+def _capacity_notes(report: Report) -> list[str]:
     """Columns that do not fit (with SGLang's reason), requests SGLang capped, and
     what the plugin changes in each role's sizing."""
-    capacity, notes = result["capacity"], []
+    capacity, notes = report.capacity, []
     unfit: dict[str, list[str]] = {}
     for role, c in capacity.items():
         for col in COLUMNS:
@@ -179,7 +171,7 @@ def _capacity_notes(result: dict) -> list[str]:
     for role, c in capacity.items():
         for col in COLUMNS:
             if c.column(col).requests_capped:
-                asked = result["resolved"][role]["max_running_requests"]
+                asked = report.resolved[role].max_running_requests
                 notes.append(
                     f"{col} {ROLE_TITLES[role]}: {c.column(col).max_running_requests:,} "
                     f"of {asked:,} running requests (SGLang caps them by the mamba "
@@ -226,71 +218,64 @@ def _cell(value) -> str:
     return "-" if value is None else str(value)
 
 
-def launch_header(result: dict) -> list[str]:
+def launch_header(report: Report) -> list[str]:
     """The launch flags, what SGLang resolved from them per role, and the memory
     per rank where the launch is sized."""
-    launch, resolved = result["launch"], result["resolved"]
-    memory = result.get("memory")
+    launch, resolved, memory = report.launch, report.resolved, report.memory
     roles = list(resolved)
     rows = [["resolved by SGLang"] + [ROLE_TITLES[r] for r in roles]]
     rows.append(
         ["server flags give"]
-        + ["this server" if r == launch["role"] else "other role" for r in roles]
+        + ["this server" if r == launch.role else "other role" for r in roles]
     )
     for key, label in RESOLVED_ROWS:
-        rows.append([label] + [_cell(resolved[r][key]) for r in roles])
+        rows.append([label] + [_cell(getattr(resolved[r], key)) for r in roles])
     if memory:
         rows += _memory_rows(memory, roles)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
-        f"Launch flags: {shlex.join(launch['argv'])}",
-        f"Launch flags resolved by SGLang on {_where(launch['gpu'])}; the other roles: "
+        f"Launch flags: {shlex.join(launch.argv)}",
+        f"Launch flags resolved by SGLang on {_where(launch.gpu)}; the other roles: "
         f"the same flags with --disaggregation-mode replaced.",
     ]
-    for row in rows:
-        cells = "".join(f"  {c:>{widths[i]}}" for i, c in enumerate(row[1:], 1))
-        lines.append(f"{row[0]:{widths[0]}}{cells}")
-    return lines + [_memory_source(memory)]
+    return lines + grid(rows) + [_memory_source(memory)]
 
 
-def _where(gpu: dict) -> str:
-    if not gpu["sm"]:
-        return gpu["name"]
-    return f"{gpu['name']} ({gpu['memory_mib'] / 1024:.2f} GiB, SM {gpu['sm']})"
+def _where(gpu) -> str:
+    if not gpu.sm:
+        return gpu.name
+    return f"{gpu.name} ({gpu.memory_mib / 1024:.2f} GiB, SM {gpu.sm})"
 
 
-def _memory_rows(memory: dict, roles: list[str]) -> list[list[str]]:
+def _memory_rows(memory, roles: list[str]) -> list[list[str]]:
     rows = [
         ["draft layers in KV"]
-        + [str(memory[r]["draft_layers_in_kv_sizing"]) for r in roles]
+        + [str(memory[r].draft_layers_in_kv_sizing) for r in roles]
     ]
-    if "weights_bytes" in memory[roles[0]]:
-        rows.append(
-            ["weights"] + [human_bytes(memory[r]["weights_bytes"]) for r in roles]
-        )
+    if isinstance(memory[roles[0]], ModelledMemory):
+        rows.append(["weights"] + [human_bytes(memory[r].weights_bytes) for r in roles])
         rows.append(
             ["draft weights"]
-            + [human_bytes(memory[r]["draft_weights_bytes"]) for r in roles]
+            + [human_bytes(memory[r].draft_weights_bytes) for r in roles]
         )
     rows.append(
         ["available (A)"]
-        + [human_bytes(memory[r]["available_gib"] * (1 << 30)) for r in roles]
+        + [human_bytes(memory[r].available_gib * (1 << 30)) for r in roles]
     )
     return rows
 
 
-def _memory_source(memory: dict | None) -> str:
+def _memory_source(memory) -> str:
     if not memory:
         return (
             "Not sized: no memory named, so each pool is built at the flags' own "
             "counts (--gpu or --available-gib sizes them as the server would)."
         )
     first = next(iter(memory.values()))
-    if "weights_source" not in first:
+    if not isinstance(first, ModelledMemory):
         return "Available memory A per rank: --available-gib, exactly."
     return (
-        f"Weights: {first['weights_source']}. A = (T - C) * mem_fraction_static "
-        f"- weights, T the GPU's memory, C = {first['cuda_context_gib']:g} GiB "
+        f"Weights: {first.weights_source}. A = (T - C) * mem_fraction_static "
+        f"- weights, T the GPU's memory, C = {first.cuda_context_gib:g} GiB "
         f"of CUDA context and communicators (--available-gib gives A exactly)."
     )
 
@@ -311,30 +296,26 @@ def _capacity_cells(cap) -> list[str]:
     ]
 
 
-def advice_lines(result: dict) -> list[str]:
+def advice_lines(report: Report, roles: tuple[str, ...] | None = None) -> list[str]:
     """How to spend what the plugin frees on the prefill target: per choice, the
-    flags to add and what SGLang's sizing gives with them; else why nothing."""
+    flags to add and what SGLang's sizing gives with them; else why nothing
+    (for ``roles``; None: every role the report names)."""
     lines = []
-    if result["advice"]:
-        upstream = result["capacity"]["prefill"].upstream
+    if report.advice:
+        upstream = report.capacity["prefill"].upstream
         rows = [["", *ADVICE_HEADER]]
         rows.append(["upstream, without the plugin", *_capacity_cells(upstream)])
-        flags = []
-        for choice in result["advice"]:
+        below = {}
+        for choice in report.advice:
             rows.append([choice.title, *_capacity_cells(choice.capacity)])
-            flags.append(" ".join(choice.flags) or "nothing")
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+            below[len(rows) - 1] = f"    add: {' '.join(choice.flags) or 'nothing'}"
         lines.append(
             "How to spend what the plugin frees on the prefill target: each "
             "choice's flags added to the prefill server's flags, SGLang's sizing "
             "run again with them."
         )
-        for i, row in enumerate(rows):
-            cells = "".join(f"  {c:>{widths[k]}}" for k, c in enumerate(row[1:], 1))
-            lines.append(f"{row[0]:{widths[0]}}{cells}".rstrip())
-            if i >= 2:
-                lines.append(f"    add: {flags[i - 2]}")
-        for choice in result["advice"]:
+        lines += grid(rows, below=below)
+        for choice in report.advice:
             if not choice.capacity.fits:
                 lines.append(f"{choice.title}: {choice.capacity.reason}")
         if not upstream.fits:
@@ -342,6 +323,8 @@ def advice_lines(result: dict) -> list[str]:
                 "upstream does not fit, so there is no upstream KV cache or slot "
                 "count to start from: only the launch as given."
             )
-    for role, reason in result["nothing_to_spend"].items():
+    for role, reason in report.nothing_to_spend.items():
+        if roles is not None and role not in roles:
+            continue
         lines.append(f"{ROLE_TITLES[role]}: nothing to spend: {reason}.")
     return lines

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, NamedTuple
 from sglang_pd_lean import record
 from sglang_pd_lean.hook import Hook, When
 from sglang_pd_lean.role import judge_owner
-from sglang_pd_lean.seams import resolve_first
+from sglang_pd_lean.survey import resolve_first
 
 logger = logging.getLogger(__name__)
 

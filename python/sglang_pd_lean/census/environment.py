@@ -1,7 +1,7 @@
 """The SGLang the command runs against: quiet while it loads, and the plugin applied to
 it exactly as an SGLang process applies it (entry-point discovery).
 
-    require_sglang()  # UsageError when SGLang is not installed
+    require_sglang()  # CensusError when SGLang is not installed
     load_sglang_plugins()  # the same, then the plugins as SGLang loads them
 """
 
@@ -12,7 +12,7 @@ import logging
 import sys
 import warnings
 
-from sglang_pd_lean.cli.args import UsageError
+from sglang_pd_lean.census.inputs import CensusError
 
 
 def quiet_sglang() -> None:
@@ -29,9 +29,9 @@ def quiet_sglang() -> None:
 
 
 def require_sglang() -> None:
-    """UsageError where SGLang is not installed; else SGLang is made quiet."""
+    """CensusError where SGLang is not installed; else SGLang is made quiet."""
     if importlib.util.find_spec("sglang") is None:
-        raise UsageError(
+        raise CensusError(
             f"SGLang is not installed for {sys.executable}: install a supported "
             f"release (pip install 'sglang-pd-lean[sglang]') or run "
             f"scripts/sglang-pd-lean"
@@ -49,10 +49,9 @@ def load_sglang_plugins() -> None:
 
 def require_seams() -> None:
     """One line naming what the report needs and the installed SGLang lacks."""
-    from sglang_pd_lean import compat, seams
-    from sglang_pd_lean.census.inputs import CensusError
+    from sglang_pd_lean import compat, seams, survey
 
-    blockers = seams.missing(seams.Part.REPORT)
+    blockers = survey.missing(seams.Part.REPORT)
     if blockers:
         first = blockers[0]
         more = f" (and {len(blockers) - 1} more)" if len(blockers) > 1 else ""

@@ -1,0 +1,56 @@
+"""``census.report(launch) -> Report``: the report on one launch, built once.
+
+    report = census.report(Launch(argv=("--tp", "4"), gpu=gpu_facts("h200")))
+    report.roles["prefill"].upstream.verify_only_bytes, report.advice[0].flags
+    json.dumps(jsonable(report))  # report --json (docs/json.md)
+
+The steps, in order: what plain Python can check (before SGLang's import); the
+launch resolved by SGLang once per role shown (``launch.resolve_launch``); the
+weights build started in a child from the role the flags name (``server.
+weights_build``); the plugins loaded as an SGLang process loads them, and the seams
+the census needs checked; the census per role (``server.census_launch``); for a
+sized report with a prefill column, the advice (``advice.advise``, one more
+resolution per set of flags it tries); the plugin's gates on this SGLang.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sglang_pd_lean.census.environment import (
+    load_sglang_plugins,
+    require_seams,
+    require_sglang,
+)
+from sglang_pd_lean.census.inputs import ROLES
+from sglang_pd_lean.census.launch import Launch, check, resolve_launch
+from sglang_pd_lean.census.results import Report, frozen_map
+
+
+def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
+    """The report on ``launch``, its columns the ``roles`` wanted (a caller that
+    needs one role, such as ``check`` for one server, saves the others'
+    resolution and pools)."""
+    from sglang_pd_lean import plugin
+    from sglang_pd_lean.census.advice import advise
+    from sglang_pd_lean.census.server import census_launch, weights_build
+
+    check(launch)
+    require_sglang()
+    done = resolve_launch(launch, roles)
+    columns = tuple(r for r in ROLES if r in roles)
+    with weights_build(done) as build:
+        load_sglang_plugins()
+        require_seams()
+        census = census_launch(done, columns, build)
+    advised = None
+    if launch.sized and "prefill" in columns:
+        advised = advise(done, census)
+    gates = {gate.name: str(gate.state) for gate in plugin.decision().plans}
+    parts = {f.name: getattr(census, f.name) for f in dataclasses.fields(census)}
+    return Report(
+        **parts,
+        advice=advised.advice if advised else None,
+        nothing_to_spend=advised.nothing_to_spend if advised else None,
+        plugin_gates=frozen_map(gates),
+    )
