@@ -350,12 +350,52 @@ def test_an_architecture_this_sglang_gives_no_mamba_pool_is_named(tmp_path, caps
     assert "no linear-attention" not in err
 
 
-def test_model_without_linear_attention_is_refused(tmp_path, capsys):
+def test_a_model_without_linear_attention_is_reported_from_sglangs_sizing(
+    tmp_path, capsys
+):
+    """A plain transformer (issue 36): no mamba state in any role; the KV cache
+    takes the whole budget, its tokens as many as fit at the bytes per token of
+    every layer's K and V, the draft's layers SGLang counts included; the request
+    pool is the req_to_token map alone; and the prefill target says why there is
+    nothing to spend."""
+    from sglang_pd_lean.census.advice import NO_LINEAR_STATE
+
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_CONFIG))
-    code, _, err = report(capsys, "--config", str(tmp_path))
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "no linear-attention" in lines[0]
+    data = report_json(
+        capsys,
+        *("--config", str(tmp_path), "--available-gib", "2", "--"),
+        *("--disaggregation-mode", "prefill", "--context-length", "1024"),
+        *("--max-running-requests", "16", "--speculative-algorithm", "EAGLE3"),
+        *("--speculative-draft-model-path", str(tmp_path)),
+        *("--speculative-num-steps", "1", "--speculative-eagle-topk", "1"),
+        *("--speculative-num-draft-tokens", "2"),
+    )
+    assert data["inputs"]["mamba_ssm_dtype"] is None
+    head_dim = LLAMA_CONFIG["hidden_size"] // LLAMA_CONFIG["num_attention_heads"]
+    for role in census.ROLES:
+        layers = LLAMA_CONFIG["num_hidden_layers"]
+        layers += data["memory"][role]["draft_layers_in_kv_sizing"]
+        per_token = 2 * layers * LLAMA_CONFIG["num_key_value_heads"] * head_dim * 2
+        for column in ("upstream", "plugin"):
+            sized = data["capacity"][role][column]
+            pool = data["roles"][role][column]
+            assert sized["fits"] and sized["mamba_slots"] == 0
+            assert sized["kv_cache_bytes"] == 2 * GIB
+            assert sized["kv_tokens"] == 2 * GIB // per_token, (role, column)
+            assert pool["mamba_slots"] == 0 and pool["verify_only_bytes"] == 0
+            assert pool["components"]["ssm state"] == 0
+            assert pool["components"]["conv state"] == 0
+            requests = pool["request_slots"]
+            assert requests == sized["max_running_requests"] <= 16
+            # SGLang's ReqToTokenPool: int32 per (request + 1 padding, + a decode
+            # server's extra slots) and token of the context (plus the few SGLang
+            # adds for the draft's tokens).
+            extra = data["resolved"][role]["disaggregation_decode_extra_slots"] or 0
+            map_bytes = pool["components"]["req_to_token map"]
+            per_request, rest = divmod(map_bytes, (requests + extra + 1) * 4)
+            assert rest == 0 and 1024 <= per_request <= 1024 + 16, map_bytes
+    assert data["advice"] == []
+    assert data["nothing_to_spend"]["prefill"] == NO_LINEAR_STATE
 
 
 def test_oversized_config_is_not_read_whole(tmp_path, capsys):

@@ -40,6 +40,12 @@ VERIFYING = {
     "null": "a unified server verifies its own drafts: the plugin leaves it as "
     "upstream builds it",
 }
+# The prefill target's reason for a model without linear-attention layers.
+NO_LINEAR_STATE = (
+    "no linear-attention layers: no verify state, so the KV cache and the request "
+    "pool are upstream's; the plugin skips only what a verify step alone uses "
+    "(graphs, warm-up buffers)"
+)
 # Every role's reason where the launch has no speculative decoding.
 UNSPECULATIVE = (
     "no speculative decoding: no role verifies, so there is no verify state to free"
@@ -55,6 +61,8 @@ def nothing_to_spend(census) -> dict[str, str]:
     upstream, plugin = capacity.upstream, capacity.plugin
     if census.resolved["prefill"].speculative_algorithm is None:
         return dict.fromkeys(ROLES, UNSPECULATIVE)
+    if census.inputs.mamba_ssm_dtype is None:
+        return {"prefill": NO_LINEAR_STATE, **VERIFYING}
     if not plugin.fits:
         reasons["prefill"] = f"does not fit even with the plugin: {plugin.reason}"
     elif (

@@ -42,25 +42,22 @@ def linear_state_config(mc) -> Any:
 
 
 def linear_of(mc, data: dict) -> Any:
-    """SGLang's linear-state config of the model; one CensusError line where SGLang
-    gives the model none (not a hybrid for this SGLang)."""
+    """SGLang's linear-state config of the model; None for a model without
+    linear-attention layers (its census is the KV cache and the request slots); one
+    CensusError line where the config describes such layers and SGLang gives the
+    model none (not a hybrid for this SGLang)."""
     with sglang_rejects("SGLang cannot read this config's linear-attention layers"):
         linear = linear_state_config(mc)
-    if linear is None:
+    hints = linear_hints(data) if linear is None else []
+    if hints:
         import sglang
 
-        hints = linear_hints(data)
         architecture = (mc.hf_config.architectures or [data["model_type"]])[0]
-        if hints:
-            raise CensusError(
-                f"SGLang {sglang.__version__} gives {architecture} no mamba pool, "
-                f"though its config describes linear-attention layers "
-                f"({', '.join(hints[:4])}): this SGLang does not run it as a hybrid "
-                f"model; nothing to count"
-            )
         raise CensusError(
-            f"model_type {data['model_type']!r} has no linear-attention (mamba/GDN/KDA) "
-            f"layers: it has no mamba state and nothing for this plugin to gate"
+            f"SGLang {sglang.__version__} gives {architecture} no mamba pool, "
+            f"though its config describes linear-attention layers "
+            f"({', '.join(hints[:4])}): this SGLang does not run it as a hybrid "
+            f"model; nothing to count"
         )
     return linear
 

@@ -104,9 +104,12 @@ def _sized(conf, plan: RolePlan, server_args) -> Sizing:
 
 
 def _counts(conf, plan: RolePlan) -> tuple[int, int]:
-    """(mamba slots, requests) where no sizing settles them: the slot count as
-    set, else SGLang's own slots per request (``_calculate_mamba_ratio``: 1 with
+    """(mamba slots, requests) where no sizing settles them: none for a model
+    without linear-attention layers; the slot count as set, else SGLang's own
+    slots per request (``_calculate_mamba_ratio``: 1 with
     the radix cache off, more with an extra buffer) times the requests."""
+    if conf.mambaish_config is None:  # no linear-attention layers: no mamba slot
+        return 0, plan.requests
     if plan.slots:
         return plan.slots, plan.requests
     return conf._calculate_mamba_ratio() * plan.requests, plan.requests

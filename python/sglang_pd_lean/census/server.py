@@ -94,7 +94,13 @@ def spec_aux(server_args, mc):
         )
 
 
-def _sizing_name(fields: dict) -> str:
+# How the mamba slots were set for a model without linear-attention layers.
+NO_MAMBA = "none (no linear-attention layers)"
+
+
+def _sizing_name(fields: dict, hybrid: bool = True) -> str:
+    if not hybrid:
+        return NO_MAMBA
     if fields.get("max_mamba_cache_size"):
         return "explicit (--max-mamba-cache-size)"
     if fields.get("disable_radix_cache"):
@@ -105,19 +111,26 @@ def _sizing_name(fields: dict) -> str:
 @dataclasses.dataclass(frozen=True)
 class RankModel:
     """What is known of the model on one rank, built once and read by every role:
-    SGLang's ``ModelConfig``, its linear-state config and cache parameters, and the
-    pipeline stage that sets the peak."""
+    SGLang's ``ModelConfig``, its linear-state config and cache parameters (None
+    for a model without linear-attention layers), and the pipeline stage that sets
+    the peak."""
 
     config: Any  # SGLang's ModelConfig
-    linear: Any  # SGLang's linear-state (mambaish) config
-    cache_params: Any  # its mamba2_cache_params at this TP
+    linear: Any  # SGLang's linear-state (mambaish) config, or None
+    cache_params: Any  # its mamba2_cache_params at this TP, or None
     layers: tuple[int, int]  # [start, end) of the stage counted
     tp: int
     pp: int
 
     @property
-    def ssm_dtype(self) -> str:
+    def ssm_dtype(self) -> str | None:
+        if self.cache_params is None:
+            return None
         return str(self.cache_params.dtype.temporal).replace("torch.", "")
+
+    @property
+    def linear_layers(self) -> list[int]:
+        return [] if self.cache_params is None else list(self.cache_params.layers)
 
 
 def rank_model(base: dict, folder: str) -> RankModel:
@@ -132,14 +145,19 @@ def rank_model(base: dict, folder: str) -> RankModel:
             mc = ModelConfig.from_server_args(server_args)
     linear = linear_of(mc, data)
     tp, pp = base["tp_size"], base["pp_size"]
-    check_tp_heads(linear, tp)
-    with published(**base):
-        cache_params = cache_params_of(linear, mc, tp)
+    cache_params = None
+    if linear is not None:
+        check_tp_heads(linear, tp)
+        with published(**base):
+            cache_params = cache_params_of(linear, mc, tp)
     if pp > mc.num_hidden_layers:
         raise CensusError(
             f"--pp {pp} is more than this model's {mc.num_hidden_layers} layers"
         )
-    layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
+    # The stage with the most linear-attention layers (without them: the most
+    # layers) sets the peak.
+    counted = list(cache_params.layers) if cache_params else range(mc.num_hidden_layers)
+    layers = stage_layers(mc.num_hidden_layers, pp, list(counted))
     return RankModel(mc, linear, cache_params, layers, tp, pp)
 
 
@@ -261,13 +279,13 @@ def prefill_capacity(
     return Capacity.of(sized, memory.available_gib)
 
 
-def _named(sized: Sizing, fields: dict) -> Sizing:
+def _named(sized: Sizing, fields: dict, hybrid: bool) -> Sizing:
     """``sized`` with how its mamba slots were set, and whether SGLang gives fewer
     running requests than the flags ask."""
     asked = fields["max_running_requests"]
     return dataclasses.replace(
         sized,
-        mamba_sizing=_sizing_name(fields),
+        mamba_sizing=_sizing_name(fields, hybrid),
         requests_capped=bool(
             sized.fits and asked and sized.max_running_requests < asked
         ),
@@ -308,11 +326,12 @@ def census_launch(
                 plan, memory[r] = _planned(model, done.launch, fields[r], weights)
                 pools, sizing = census_role(model.config, model.layers, plan)
                 roles[r] = Pair(upstream=pools["upstream"], plugin=pools["plugin"])
-                capacity[r] = _named_sizing(sizing, fields[r])
+                capacity[r] = _named_sizing(sizing, fields[r], model.linear)
                 draft = fields[r]["speculative_num_draft_tokens"] or 1
                 warm[r] = (fields[r], roles[r].plugin.request_slots, draft)
             warmup = warmup_rows(model.config, warm)
-    require_state(roles, len(list(model.cache_params.layers)))
+    if model.cache_params is not None:
+        require_state(roles, len(model.linear_layers))
     sized = done.launch.sized
     # The memory of the role the flags name (else the first shown), sized.
     named = memory.get(done.role) or next(iter(memory.values()))
@@ -329,13 +348,16 @@ def census_launch(
     )
 
 
-def _named_sizing(sizing: RoleSizing | None, fields: dict) -> RoleSizing | None:
+def _named_sizing(
+    sizing: RoleSizing | None, fields: dict, linear: Any
+) -> RoleSizing | None:
     if sizing is None:
         return None
+    hybrid = linear is not None
     return dataclasses.replace(
         sizing,
-        upstream=_named(sizing.upstream, fields),
-        plugin=_named(sizing.plugin, fields),
+        upstream=_named(sizing.upstream, fields, hybrid),
+        plugin=_named(sizing.plugin, fields, hybrid),
     )
 
 
@@ -353,5 +375,7 @@ def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
         page_size=base["page_size"] or 1,
         mamba_radix_cache_strategy=base.get("mamba_radix_cache_strategy"),
         available_gib=memory.available_gib if memory else None,
-        mamba_sizing=_sizing_name(base) if memory else None,
+        mamba_sizing=(
+            _sizing_name(base, model.linear is not None) if memory else None
+        ),
     )

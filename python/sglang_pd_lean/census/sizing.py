@@ -19,16 +19,22 @@ from sglang_pd_lean.units import GIB
 
 def size_budget(conf, available_gib: float, server_args) -> Sizing:
     """SGLang's start-up sizing from ``available_gib``, the ``total_rest_memory``
-    that ``_handle_max_mamba_cache`` receives: mamba slots, then the KV budget,
+    that ``_handle_max_mamba_cache`` receives (a model without linear-attention
+    layers skips it, as SGLang does): mamba slots, then the KV budget,
     KV tokens and running requests as ``_resolve_memory_pool_config`` derives them.
     Where SGLang would stop the server: ``fits`` False and SGLang's reason."""
     from sglang.srt.model_executor.pool_configurator import (
         create_memory_pool_configurator,
     )
 
+    hybrid = conf.mambaish_config is not None  # SGLang's own condition
     try:
-        kv_gib = conf._handle_max_mamba_cache(available_gib)
-        slots = int(setting("get_schedule", "max_mamba_cache_size", server_args))
+        kv_gib = conf._handle_max_mamba_cache(available_gib) if hybrid else available_gib
+        slots = (
+            int(setting("get_schedule", "max_mamba_cache_size", server_args))
+            if hybrid
+            else 0
+        )
         if kv_gib <= 0:
             return Sizing(
                 fits=False,

@@ -77,11 +77,15 @@ def _head(report: Report) -> list[str]:
         f"SGLang {report.sglang_version}, model {report.model}: bytes per rank",
         f"TP {inputs.tp}, PP {inputs.pp} (layers {stage[0]}-{stage[1] - 1}), "
         f"{inputs.speculative_num_draft_tokens} draft tokens, "
-        f"ssm {inputs.mamba_ssm_dtype}, context {inputs.context_length}, "
+        f"{_ssm(inputs.mamba_ssm_dtype)}, context {inputs.context_length}, "
         f"page size {inputs.page_size}"
         + (f", mamba radix cache {strategy}" if strategy else ""),
         "",
     ]
+
+
+def _ssm(dtype: str | None) -> str:
+    return f"ssm {dtype}" if dtype else "no linear attention"
 
 
 def _cells(pairs, cell) -> list[str]:
