@@ -1,4 +1,4 @@
-"""Per-role, per-component byte census of a hybrid model's request pool, with no GPU.
+"""Per-role, per-component byte census of a launch's request pool, with no GPU.
 
     from sglang_pd_lean import census
     launch = census.Launch(argv=("--tp-size", "4", ...), gpu=census.gpu_facts("h200"),
@@ -6,36 +6,41 @@
     census.report(launch).roles["prefill"].upstream.verify_only_bytes
 
 One road: every report is a set of ``launch_server`` flags resolved by the installed
-SGLang's own ``ServerArgs`` (``launch``); ``report``'s census flags (``--tp``,
-``--max-running-requests``, ...) are shorthand for the launch flags they name.
+SGLang's own ``ServerArgs`` (``launch``), once per role shown; ``report``'s census
+flags (``--tp``, ``--max-running-requests``, ...) are shorthand for the launch flags
+they name. ``census.report`` returns one frozen, keyword-only ``Report``.
 
 The census walks SGLang's own start-up road on a CPU: the model's config through
 SGLang's config loader, SGLang's cache parameters, a real ``KVCacheConfigurator``
 (built as the plain dataclass it is) and its ``_build_req_to_token_pool``, which
-runs the real ``HybridReqToTokenPool`` / ``MambaPool`` constructors. They run under
+runs the real ``HybridReqToTokenPool`` / ``MambaPool`` constructors (for a model
+without linear-attention layers, the plain ``ReqToTokenPool``). They run under
 ``FakeTensorMode``, so their CUDA allocations cost nothing and every byte is
 counted from the tensors upstream asked for. Each role is built twice: inside
 ``role.upstream_behaviour()`` (every gate steps aside: upstream as released) and
 without it (the gates this SGLang needs, as the plugin registered them).
 Where the launch names the memory (a GPU, or ``available_gib``: the
-``total_rest_memory`` SGLang's mamba sizing receives) each column first runs SGLang's sizing (``_handle_max_mamba_cache``,
-``config_from_budget``, ``resolve_max_num_reqs``) and builds its pool with the slot
-and request counts that settled on, as a server would; where SGLang would stop, the
-column says so with SGLang's reason. Bad input, and any error SGLang raises on a
-config, is a one-line ``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
+``total_rest_memory`` SGLang's sizing receives) each column first runs SGLang's
+sizing (``_handle_max_mamba_cache`` for a hybrid model, ``config_from_budget``,
+``resolve_max_num_reqs``) and builds its pool with the slot and request counts that
+settled on, as a server would; where SGLang would stop, the column says so with
+SGLang's reason. Bad input, and any error SGLang raises on a config, is a one-line
+``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
 
-Modules, one job each: ``inputs`` (what the operator asks, checked before SGLang's
-import), ``model`` (SGLang's linear-state config and pipeline stage), ``pools`` (the
-configurator and the request pool under fake tensors), ``sizing`` (SGLang's budget
-code), ``warmup`` (transient buffers), ``roles`` (one role's columns), ``gpus`` (the
-GPUs a report can name), ``gpu_probes`` (SGLang's platform probes answering for
-one), ``launch`` (flags -> ``ServerArgs`` on a named GPU), ``memory`` (memory per
-rank), ``weights`` (the weights build's child) and ``model_build`` (what it builds:
-SGLang's groups and models for rank 0), ``server`` (the road: one result from the
-roles' plans), ``results`` (the typed results: pool summary, sizing, weights build,
-capacity, advice; JSON only where the report prints it), ``advice`` and ``served``
-(a live server's own arguments). The
-runtime plugin never imports this package; bytes per component come from
+Modules, one job each: ``report`` (the road, step by step), ``results`` (the typed
+``Report`` and its parts; JSON only where the report prints it), ``inputs`` (what the
+operator asks, checked before SGLang's import), ``flags`` (launch flags as SGLang's
+parser reads them: shorthand, role, model), ``launch`` (flags -> each role's
+``ServerArgs`` on a named GPU, once: ``ResolvedLaunch``), ``environment`` (SGLang
+installed, quiet, its plugins loaded), ``gpus`` (the GPUs a report can name),
+``gpu_probes`` (SGLang's platform probes answering for one), ``model`` (SGLang's
+linear-state config and pipeline stage), ``pools`` (the configurator and the request
+pool under fake tensors), ``sizing`` (SGLang's budget code), ``warmup`` (transient
+buffers), ``roles`` (one role's columns), ``memory`` (memory per rank), ``weights``
+(the weights build's child) and ``model_build`` (what it builds: SGLang's groups and
+models for rank 0), ``server`` (the census of a resolved launch, and one advice
+step), ``advice`` and ``served`` (a live server's own arguments). The runtime plugin
+never imports this package; bytes per component come from
 ``sglang_pd_lean.accounting``.
 """
 
