@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import pytest
+from e2e_algos import ALGO_RUNS, NOT_OUR_PLUGIN, algo_args
 from harness import (
     COMMON_ARGS,
     PD_TRANSFER_ARGS,
@@ -33,8 +34,6 @@ from tiny_model import write_model
 
 GIB = 1 << 30
 PLUGIN_PREFIX = "[sglang-pd-lean]"
-# SGLang's allow-list of plugins, naming a plugin that is not ours.
-NOT_OUR_PLUGIN = "some_other_plugin"
 
 # name -> (extra server arguments, extra environment)
 RUNS = {
@@ -205,7 +204,17 @@ class Runs:
             yield servers
 
     def server(self, name: str, device: str, added: tuple[str, ...] = ()) -> Server:
-        """A not yet started ``Server`` for the run ``name`` of ``RUNS``."""
+        """A not yet started ``Server`` for the run ``name`` of ``RUNS`` (or of
+        ``e2e_algos.ALGO_RUNS``: another speculative algorithm)."""
+        if name in ALGO_RUNS:
+            args, env = algo_args(name, self.workdir)
+            return Server(
+                self.model_dir,
+                [*args, *added],
+                device=device,
+                workdir=self.workdir,
+                env=env,
+            )
         extra, env = RUNS[name]
         args = [
             *BASE_ARGS,

@@ -5,6 +5,11 @@ vocab 512, one MTP layer for NEXTN drafting. Weights come from
 ``--load-format dummy``; the tokenizer is a local word-level one built with the
 ``tokenizers`` package, so nothing is downloaded. The same folder feeds
 ``sglang-pd-lean report --config`` so the census and the live server read one file.
+
+``write_draft`` writes a separate tiny draft checkpoint the same way (config, the
+same tokenizer, dummy weights): a one-layer Llama for STANDALONE, and a one-layer
+EAGLE3 head (``LlamaForCausalLMEagle3``, the target's hidden size, since it reads the
+target's hidden states) for EAGLE3.
 """
 
 from __future__ import annotations
@@ -55,13 +60,62 @@ CONFIG = {
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
+_DRAFT_COMMON = {
+    "torch_dtype": "bfloat16",
+    "vocab_size": VOCAB_SIZE,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "max_position_embeddings": 4096,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+DRAFT_CONFIGS = {
+    # A plain small causal LM: what STANDALONE drafts with.
+    "llama": {
+        **_DRAFT_COMMON,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "head_dim": 16,
+    },
+    # An EAGLE3 head: reads the target's hidden states, so the target's width.
+    "eagle3": {
+        **_DRAFT_COMMON,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": CONFIG["hidden_size"],
+        "intermediate_size": 256,
+        "draft_vocab_size": VOCAB_SIZE,
+    },
+}
+
+
 def write_model(folder: str) -> str:
     """Write config.json and a word-level tokenizer into ``folder``; return it."""
+    return _write(folder, CONFIG)
+
+
+def write_draft(folder: str, kind: str) -> str:
+    """Write the tiny draft ``kind`` of ``DRAFT_CONFIGS`` (config.json and the
+    target's tokenizer) into ``folder``; return it."""
+    return _write(folder, DRAFT_CONFIGS[kind])
+
+
+def _write(folder: str, config: dict) -> str:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=2)
+        json.dump(config, f, indent=2)
     words = SPECIAL_TOKENS + [f"w{i}" for i in range(VOCAB_SIZE - len(SPECIAL_TOKENS))]
     tokenizer = Tokenizer(
         models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>")

@@ -2,7 +2,7 @@
 
 Applied by ``sitecustomize`` in the e2e servers' processes when they run with
 ``--device cpu``; never with ``--device cuda``, never in the package. On a machine
-without a GPU, SGLang (with the CUDA build of torch it pins) still reaches four calls
+without a GPU, SGLang (with the CUDA build of torch it pins) still reaches a few calls
 that need one. None of them does work the start-up depends on:
 
 1. ``from vllm._custom_ops import rotary_embedding`` in ``RotaryEmbedding.__init__``
@@ -40,6 +40,15 @@ that need one. None of them does work the start-up depends on:
    (``test_e2e_upstream.py``: a CPU prefill server without the plugin, which on
    0.5.17 dies there without this stand-in, logs the line and upstream's sizes; the
    same server with the plugin never reaches the allocation and logs no line).
+6. ``from sgl_kernel.speculative import reconstruct_indices_from_tree_mask``, where
+   an NGRAM server imports its worker (``sglang/srt/speculative/ngram_worker.py``
+   line 6 on 0.5.17; ``sglang/kernels/ops/speculative/reconstruct_tree.py`` line 50
+   on 0.5.23, the branch for a platform neither CUDA, ROCm nor XPU): sgl-kernel's
+   compiled ops, which the CPU venvs do not install. The function builds the draft
+   tree of a verify step, which these servers never run. Stand-in (only where
+   ``sgl_kernel`` is not installed): an empty ``sgl_kernel`` package and a
+   ``sgl_kernel.speculative`` whose ``reconstruct_indices_from_tree_mask`` raises if
+   called; every other ``from sgl_kernel import ...`` still fails as without it.
 """
 
 from __future__ import annotations
@@ -54,11 +63,33 @@ import types
 MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
 
 
-def _rotary_embedding(*args, **kwargs):
-    raise RuntimeError(
-        "test/e2e stand-in for vllm._custom_ops.rotary_embedding: a CPU test server "
-        "runs no forward pass"
-    )
+def _never_called(name: str):
+    def stand_in(*args, **kwargs):
+        raise RuntimeError(
+            f"test/e2e stand-in for {name}: a CPU test server runs no forward pass"
+        )
+
+    return stand_in
+
+
+# package -> {module it serves: {name: stand-in}}, served only where the package
+# is not installed; a module listed with no names is served empty.
+MISSING_MODULES = {
+    "vllm": {
+        "vllm": {},
+        "vllm._custom_ops": {
+            "rotary_embedding": _never_called("vllm._custom_ops.rotary_embedding"),
+        },
+    },
+    "sgl_kernel": {
+        "sgl_kernel": {},
+        "sgl_kernel.speculative": {
+            "reconstruct_indices_from_tree_mask": _never_called(
+                "sgl_kernel.speculative.reconstruct_indices_from_tree_mask"
+            ),
+        },
+    },
+}
 
 
 def _while_replaced(original, owner, name: str, stand_in):
@@ -153,21 +184,27 @@ PATCHES = {
 }
 
 
-class VllmStandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves ``vllm`` (empty) and ``vllm._custom_ops`` where vLLM is not installed;
-    every other ``vllm.*`` import still fails as upstream expects."""
+class MissingModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves the modules of ``MISSING_MODULES`` for each package not installed;
+    every other import of such a package still fails as upstream expects."""
 
     def __init__(self) -> None:
-        self._serve = importlib.util.find_spec("vllm") is None
+        self._serve = {
+            module: names
+            for package, modules in MISSING_MODULES.items()
+            if importlib.util.find_spec(package) is None
+            for module, names in modules.items()
+        }
 
     def find_spec(self, name, path=None, target=None):
-        if self._serve and name in ("vllm", "vllm._custom_ops"):
-            return importlib.machinery.ModuleSpec(name, self, is_package=name == "vllm")
+        if name in self._serve:
+            is_package = "." not in name
+            return importlib.machinery.ModuleSpec(name, self, is_package=is_package)
         return None
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        if module.__name__ == "vllm._custom_ops":
-            module.rotary_embedding = _rotary_embedding
+        for attribute, stand_in in self._serve[module.__name__].items():
+            setattr(module, attribute, stand_in)

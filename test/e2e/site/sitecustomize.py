@@ -26,7 +26,7 @@ if os.environ.get("SGLANG_PD_LEAN_E2E_STANDINS") == "1":
 
     for _module, _patches in e2e_standins.PATCHES.items():
         _PATCHES.setdefault(_module, []).extend(_patches)
-    sys.meta_path.insert(0, e2e_standins.VllmStandInFinder())
+    sys.meta_path.insert(0, e2e_standins.MissingModuleFinder())
 
 
 class _PatchingLoader(importlib.abc.Loader):
