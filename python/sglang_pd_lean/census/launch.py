@@ -2,7 +2,8 @@
 
     gpu = gpu_facts("h200")
     server_args = resolve(["--model-path", folder, "--tp", "4"], gpu).server_args
-    resolved_value(server_args, "page_size"), role_argv(argv, "decode")
+    done = resolve_launch(Launch(argv=("--tp", "4"), gpu=gpu))  # every role, once
+    done.resolved["decode"].server_args, done.folder, done.role
 
 The flags go through the installed SGLang's own ``prepare_server_args`` (its parser,
 defaults, role hooks and derivations; on 0.5.19+ ``resolve_once``), with SGLang's
@@ -10,6 +11,9 @@ platform probes answering for the GPU named (``census.gpu_probes``; the GPUs a r
 can name are ``census.gpus``, re-exported here). Environment variables and the root
 logger, which resolution touches, are restored after; what resolution exported is
 kept beside the ``ServerArgs`` (``Resolved``), for the census to apply again.
+``ResolvedLaunch`` is one report's launch: the flags (read by SGLang's parser,
+``census.flags``), the model folder, the role the flags name and each role's
+resolution, each done once.
 """
 
 from __future__ import annotations
@@ -228,10 +232,22 @@ class ResolvedLaunch:
         """The resolution of the role the flags name."""
         return self.resolved[self.role]
 
+    def more(self, roles: tuple[str, ...]) -> ResolvedLaunch:
+        """The same launch with ``roles`` resolved too (each not resolved yet,
+        once)."""
+        wanted = [r for r in ROLES if r in roles and r not in self.resolved]
+        if not wanted:
+            return self
+        resolved = dict(self.resolved)
+        for r in wanted:
+            resolved[r] = resolve(role_argv(list(self.argv), r), self.launch.gpu)
+        in_order = {r: resolved[r] for r in ROLES if r in resolved}
+        return dataclasses.replace(self, resolved=types.MappingProxyType(in_order))
+
 
 def resolve_launch(launch: Launch, roles: tuple[str, ...] = ROLES) -> ResolvedLaunch:
     """``launch`` resolved by SGLang for ``roles`` and the role its flags name,
-    once each."""
+    once each (``ResolvedLaunch.more`` resolves more roles later)."""
     from sglang_pd_lean.census.model import model_folder
 
     argv = merged_argv(list(launch.shorthand), list(launch.argv))
@@ -258,13 +274,13 @@ def resolve_launch(launch: Launch, roles: tuple[str, ...] = ROLES) -> ResolvedLa
         argv += ["--model-path", folder]
     role = fields.get("disaggregation_mode")
     role = role if role in ROLES else "null"
-    wanted = tuple(r for r in ROLES if r in roles or r == role)
-    resolved = {r: resolve(role_argv(argv, r), launch.gpu) for r in wanted}
-    return ResolvedLaunch(
+    named = {role: resolve(role_argv(argv, role), launch.gpu)}
+    done = ResolvedLaunch(
         launch=launch,
         argv=tuple(argv),
         folder=folder,
         name=name,
         role=role,
-        resolved=types.MappingProxyType(resolved),
+        resolved=types.MappingProxyType(named),
     )
+    return done.more(roles)

@@ -5,9 +5,9 @@
     json.dumps(jsonable(report))  # report --json (docs/json.md)
 
 The steps, in order: what plain Python can check (before SGLang's import); the
-launch resolved by SGLang once per role shown (``launch.resolve_launch``); the
-weights build started in a child from the role the flags name (``server.
-weights_build``); the plugins loaded as an SGLang process loads them, and the seams
+role the flags name resolved by SGLang (``launch.resolve_launch``); the weights
+build started in a child from it (``server.weights_build``); the other roles shown
+resolved, once each (``ResolvedLaunch.more``); the plugins loaded as an SGLang process loads them, and the seams
 the census needs checked; the census per role (``server.census_launch``); for a
 sized report with a prefill column, the advice (``advice.advise``, one more
 resolution per set of flags it tries); the plugin's gates on this SGLang.
@@ -37,9 +37,10 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
 
     check(launch)
     require_sglang()
-    done = resolve_launch(launch, roles)
+    done = resolve_launch(launch, roles=())  # the role the flags name
     columns = tuple(r for r in ROLES if r in roles)
-    with weights_build(done) as build:
+    with weights_build(done) as build:  # a child, beside the rest
+        done = done.more(columns)
         load_sglang_plugins()
         require_seams()
         census = census_launch(done, columns, build)
