@@ -681,7 +681,8 @@ def test_a_row_per_rank_gives_role_release_plugin_gates_and_figures():
             *("900", "7"),  # no budget record: what the rank has
         ],
     ]
-    assert fleet.rows(server) == [dict(zip(fleet.HEADER, c, strict=True)) for c in cells]
+    expected = [dict(zip(fleet.HEADER, row, strict=True)) for row in cells]
+    assert fleet.rows(server) == expected
     info["speculative_algorithm"] = "EAGLE"
     assert fleet.rows(fleet.read_server("u", info))[0]["role"] == "prefill"
 

@@ -66,7 +66,8 @@ def test_a_sized_report_resolves_each_role_once_and_each_advice_step_once(
 
 def test_an_unsized_report_resolves_each_role_once(monkeypatch):
     with counted(monkeypatch) as counts:
-        report = report_of(("--tp", "2", *NEXTN), model="qwen3-next-80b-a3b", sized=False)
+        argv = ("--tp", "2", *NEXTN)
+        report = report_of(argv, model="qwen3-next-80b-a3b", sized=False)
     assert report.advice is None and report.memory is None
     assert (counts["resolutions"], counts["steps"]) == (len(ROLES), 0)
 
@@ -75,7 +76,8 @@ def test_a_report_of_one_role_resolves_that_role_once(monkeypatch, tmp_path):
     """``check`` predicts each server in its own role (the role its flags name):
     one resolution."""
     folder = tiny_model_folder(tmp_path / "tiny")
-    argv = ("--model-path", folder, "--device", "cpu", "--disaggregation-mode", "decode")
+    argv = ("--model-path", folder, "--device", "cpu")
+    argv += ("--disaggregation-mode", "decode")
     argv += ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")
     with counted(monkeypatch) as counts:
         report = census.report(
@@ -115,3 +117,30 @@ def test_each_memory_is_one_of_two_types():
     assert server.weights_of(given.memory["prefill"]) is None
     weights = server.weights_of(modelled.memory["prefill"])
     assert weights.target_bytes == modelled.memory["prefill"].weights_bytes == 40 << 30
+
+
+def test_the_prefill_pieces_are_the_audits_row_for_the_worker_sglang_picks():
+    """``prefill_pieces``: the worker class SGLang's own dispatch picks for the
+    launch (EAGLE without multi-layer flags: the row doctor lists for EAGLE), and
+    each piece of that row, said as not built / not captured / still built."""
+    from sglang_pd_lean import audit
+
+    argv = ("--tp", "4", "--disaggregation-mode", "prefill", *NEXTN)
+    report = report_of(argv, model="qwen3-next-80b-a3b", sized=False)
+    pieces = dict(report.prefill_pieces)
+    (row,) = [r for r in audit.matrix() if "EAGLE" in r.algorithms and not r.flags]
+    assert pieces.pop("worker") == row.worker_name
+    shown = {p.title: row.cells[p.key] for p in audit.PIECES}
+    assert set(pieces) == {
+        title for title, cell in shown.items() if cell.state is not audit.State.ABSENT
+    }
+    for title, said in pieces.items():
+        state = shown[title].state
+        by = {audit.State.NATIVE: "(SGLang)", audit.State.PLUGIN: "(the plugin)"}
+        if state in by:
+            assert said.startswith("not ") and said.endswith(by[state]), said
+        else:
+            assert said.startswith("still "), (title, said)
+        assert ("captured" in said) == title.endswith("graph"), (title, said)
+    unspeculative = report_of(("--tp", "4"), model="qwen3-next-80b-a3b", sized=False)
+    assert unspeculative.prefill_pieces is None

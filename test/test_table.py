@@ -286,7 +286,8 @@ def test_pool_rows_give_each_columns_slots_bytes_totals_and_change(main_job):
     roles = result.roles
 
     def cells(value):
-        return [value(roles[r].column(c)) for r in ROLES for c in ("upstream", "plugin")]
+        columns = ("upstream", "plugin")
+        return [value(roles[r].column(c)) for r in ROLES for c in columns]
 
     grid = block(out, "component", "KV tokens")
     head = out.splitlines()[out.splitlines().index(grid[0]) - 1]

@@ -32,6 +32,7 @@ WARNING per unaudited worker class on a server whose target cannot verify.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -57,6 +58,7 @@ from sglang_pd_lean.audit_claims import (  # noqa: F401 (AUDITED, TARGET, ...: t
     _method_node,
     _module_tree,
     _names,
+    aliases,
     runs_own,
 )
 from sglang_pd_lean.hook import Hook, When
@@ -170,29 +172,6 @@ def _registered_route(name: str, spec: Any) -> Route:
         return Route(None, (name,), error=f"{type(exc).__name__}: {exc}")
 
 
-def aliases() -> dict[str, tuple[str, ...]]:
-    """Reserved spellings (``NEXTN``) -> the algorithms SGLang resolves them to
-    (the names its alias resolution returns)."""
-    try:
-        registry = importlib.import_module(f"{_SPEC}.spec_registry")
-        reserved = sorted(getattr(registry, "_RESERVED_ALIASES", ()))
-    except ImportError:
-        return {}
-    hook = _module_tree("sglang.srt.arg_groups.speculative_hook")
-    returned = set()
-    for node in ast.walk(hook) if hook else ():
-        if (
-            isinstance(node, ast.FunctionDef)
-            and node.name == "_resolve_speculative_algorithm_alias"
-        ):
-            for sub in ast.walk(node):
-                if isinstance(sub, ast.Return) and isinstance(
-                    sub.value, ast.Constant
-                ):
-                    returned.add(sub.value.value)
-    return {alias: tuple(sorted(returned)) for alias in reserved if returned}
-
-
 # --- the matrix ------------------------------------------------------------------
 
 
@@ -273,10 +252,42 @@ def _draft_of(worker: str, expected: str | None) -> str | None:
     return None if name in init else f"its __init__ no longer builds {name}"
 
 
+def _targets() -> tuple[dict, dict]:
+    """(the gates' states on this SGLang, the target pieces' cells)."""
+    gates = _gate_states()
+    return gates, {key: _cell(h, gates, {}) for key, h in TARGET.items()}
+
+
+def _row(route: Route, gates: dict, target: dict) -> Row:
+    """``route``'s worker class: the target's cells, and its own draft pieces
+    where the plugin has read it."""
+    audited = AUDITED.get(route.worker or "")
+    why_not = (
+        "worker class not found: " + route.error
+        if route.worker is None
+        else "a worker class the plugin has not read"
+    )
+    if audited is not None:
+        changed = _draft_of(route.worker, audited.draft)
+        if changed:
+            audited, why_not = None, changed
+    cells = dict(target)
+    for piece in PIECES:
+        if piece.side != "draft":
+            continue
+        if audited is None:
+            cells[piece.key] = Cell(State.NOT_AUDITED, why_not)
+        else:
+            cells[piece.key] = _cell(audited.pieces[piece.key], gates, cells)
+    draft, note = (audited.draft, audited.note) if audited else (None, "")
+    return Row(
+        route.algorithms, route.flags, route.worker, draft, bool(audited), cells, note
+    )
+
+
 def matrix() -> list[Row]:
     """One row per worker class the installed SGLang's algorithms map to."""
-    gates = _gate_states()
-    target = {key: _cell(h, gates, {}) for key, h in TARGET.items()}
+    gates, target = _targets()
     named = aliases()
     rows = []
     for route in routes():
@@ -285,36 +296,16 @@ def matrix() -> list[Row]:
             for alias, resolved in named.items()
             if set(resolved) & set(route.algorithms)
         )
-        audited = AUDITED.get(route.worker or "")
-        cells = dict(target)
-        why_not = (
-            "worker class not found: " + route.error
-            if route.worker is None
-            else "a worker class the plugin has not read"
-        )
-        if audited is not None:
-            changed = _draft_of(route.worker, audited.draft)
-            if changed:
-                audited, why_not = None, changed
-        for piece in PIECES:
-            if piece.side != "draft":
-                continue
-            if audited is None:
-                cells[piece.key] = Cell(State.NOT_AUDITED, why_not)
-            else:
-                cells[piece.key] = _cell(audited.pieces[piece.key], gates, cells)
-        rows.append(
-            Row(
-                algorithms,
-                route.flags,
-                route.worker,
-                audited.draft if audited else None,
-                audited is not None,
-                cells,
-                audited.note if audited else "",
-            )
-        )
+        route = dataclasses.replace(route, algorithms=algorithms)
+        rows.append(_row(route, gates, target))
     return rows
+
+
+def row_for(worker: type) -> Row:
+    """The row of one worker class (what ``create_worker`` returned for a launch),
+    without reading SGLang's dispatch: what ``report`` names per role."""
+    route = Route(_dotted(worker), (), ())
+    return _row(route, *_targets())
 
 
 def as_json(rows: list[Row]) -> dict:

@@ -343,3 +343,26 @@ AUDITED: dict[str, Audited] = {
         },
     ),
 }
+
+
+def aliases() -> dict[str, tuple[str, ...]]:
+    """Reserved spellings (``NEXTN``) -> the algorithms SGLang resolves them to
+    (the names its alias resolution returns)."""
+    try:
+        registry = importlib.import_module(f"{_SPEC}.spec_registry")
+        reserved = sorted(getattr(registry, "_RESERVED_ALIASES", ()))
+    except ImportError:
+        return {}
+    hook = _module_tree("sglang.srt.arg_groups.speculative_hook")
+    returned = set()
+    for node in ast.walk(hook) if hook else ():
+        if (
+            isinstance(node, ast.FunctionDef)
+            and node.name == "_resolve_speculative_algorithm_alias"
+        ):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Return) and isinstance(
+                    sub.value, ast.Constant
+                ):
+                    returned.add(sub.value.value)
+    return {alias: tuple(sorted(returned)) for alias in reserved if returned}

@@ -39,7 +39,8 @@ pool under fake tensors), ``sizing`` (SGLang's budget code), ``warmup`` (transie
 buffers), ``roles`` (one role's columns), ``memory`` (memory per rank), ``weights``
 (the weights build's child) and ``model_build`` (what it builds: SGLang's groups and
 models for rank 0), ``server`` (the census of a resolved launch, and one advice
-step), ``advice`` and ``served`` (a live server's own arguments). The runtime plugin
+step), ``advice``, ``pieces`` (what the prefill target does not build, per piece)
+and ``served`` (a live server's own arguments). The runtime plugin
 never imports this package; bytes per component come from
 ``sglang_pd_lean.accounting``.
 """

@@ -7,10 +7,11 @@
 The steps, in order: what plain Python can check (before SGLang's import); the
 role the flags name resolved by SGLang (``launch.resolve_launch``); the weights
 build started in a child from it (``server.weights_build``); the other roles shown
-resolved, once each (``ResolvedLaunch.more``); the plugins loaded as an SGLang process loads them, and the seams
-the census needs checked; the census per role (``server.census_launch``); for a
+resolved, once each (``ResolvedLaunch.more``); the plugins loaded as an SGLang
+process loads them, and the seams the census needs checked; the census per role (``server.census_launch``); for a
 sized report with a prefill column, the advice (``advice.advise``, one more
-resolution per set of flags it tries); the plugin's gates on this SGLang.
+resolution per set of flags it tries); what the prefill target does not build,
+piece by piece (``pieces``); the plugin's gates on this SGLang.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
     resolution and pools)."""
     from sglang_pd_lean import plugin
     from sglang_pd_lean.census.advice import advise
+    from sglang_pd_lean.census.pieces import prefill_pieces
     from sglang_pd_lean.census.server import census_launch, weights_build
 
     check(launch)
@@ -53,5 +55,6 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
         **parts,
         advice=advised.advice if advised else None,
         nothing_to_spend=advised.nothing_to_spend if advised else None,
+        prefill_pieces=prefill_pieces(done),
         plugin_gates=frozen_map(gates),
     )

@@ -258,6 +258,7 @@ class Report:
     capacity: Mapping[str, RoleSizing] | None = None
     advice: tuple[Choice, ...] | None = None
     nothing_to_spend: Mapping[str, str] | None = None
+    prefill_pieces: Mapping[str, str] | None = None  # census.pieces
     plugin_gates: Mapping[str, str]
 
 

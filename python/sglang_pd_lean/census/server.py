@@ -237,7 +237,9 @@ def weights_of(memory: Memory | None) -> Weights | None:
     """The weights a modelled memory was computed with (an advice step's)."""
     if not isinstance(memory, ModelledMemory):
         return None
-    return Weights(memory.weights_bytes, memory.draft_weights_bytes, memory.weights_source)
+    return Weights(
+        memory.weights_bytes, memory.draft_weights_bytes, memory.weights_source
+    )
 
 
 def _planned(

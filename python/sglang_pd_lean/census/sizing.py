@@ -29,7 +29,9 @@ def size_budget(conf, available_gib: float, server_args) -> Sizing:
 
     hybrid = conf.mambaish_config is not None  # SGLang's own condition
     try:
-        kv_gib = conf._handle_max_mamba_cache(available_gib) if hybrid else available_gib
+        kv_gib = (
+            conf._handle_max_mamba_cache(available_gib) if hybrid else available_gib
+        )
         slots = (
             int(setting("get_schedule", "max_mamba_cache_size", server_args))
             if hybrid

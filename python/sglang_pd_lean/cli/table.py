@@ -66,7 +66,20 @@ def render_table(report: Report) -> str:
         lines += ["", *_sizing_lines(report), *_capacity_notes(report)]
     if report.advice is not None:
         lines += ["", *advice_lines(report)]
+    if report.prefill_pieces:
+        lines += ["", *pieces_lines(report.prefill_pieces)]
     return "\n".join(lines)
+
+
+def pieces_lines(pieces) -> list[str]:
+    """What the prefill target does not build, per piece (``census.pieces``)."""
+    worker = pieces["worker"]
+    rows = [[f"  {name}:", said] for name, said in pieces.items() if name != "worker"]
+    return [
+        f"The prefill target's verify and decode pieces ({worker}; a decode or "
+        f"unified server builds them all):",
+        *(grid(rows, align="<") if rows else []),
+    ]
 
 
 def _head(report: Report) -> list[str]:
