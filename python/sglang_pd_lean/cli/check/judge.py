@@ -102,12 +102,16 @@ def _budget_figures(rank: Rank, sized) -> list[Figure]:
 
 
 def _advice(report, role: str) -> tuple[str, ...]:
-    """The report's advice lines for a prefill server (its own role's only)."""
-    from sglang_pd_lean.cli.table import advice_lines
+    """The report's advice lines for a prefill server (its own role's only), and
+    what it does not build, piece by piece."""
+    from sglang_pd_lean.cli.table import advice_lines, pieces_lines
 
     if role != "prefill":
         return ()
-    return tuple(advice_lines(report, roles=(role,)))
+    lines = advice_lines(report, roles=(role,))
+    if report.prefill_pieces:
+        lines += pieces_lines(report.prefill_pieces)
+    return tuple(lines)
 
 
 def _freed(pools) -> dict[str, int]:
