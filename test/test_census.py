@@ -303,7 +303,7 @@ def test_an_error_sglangs_sizing_does_not_expect_is_one_line_naming_the_step():
     def changed(available_gib):
         raise TypeError("takes 1 positional argument but 2 were given")
 
-    conf = types.SimpleNamespace(_handle_max_mamba_cache=changed)
+    conf = types.SimpleNamespace(_handle_max_mamba_cache=changed, mambaish_config=1)
     with pytest.raises(census.CensusError) as raised:
         _sized(conf, types.SimpleNamespace(available_gib=10.0), None)
     assert str(raised.value) == (
