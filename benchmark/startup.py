@@ -201,12 +201,17 @@ def main(argv: list[str] | None = None) -> int:
         for plugin in (True, False):
             name = "plugin" if plugin else "kill switch"
             rows.append(
-                ("prefill server, start to ready", name, f"{median(timings[plugin]):.1f}")
+                (
+                    "prefill server, start to ready",
+                    name,
+                    f"{median(timings[plugin]):.1f}",
+                )
                 + ("",) * 5
             )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     for row in rows:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
+        cells = zip(row, widths, strict=True)
+        print("  ".join(str(cell).ljust(width) for cell, width in cells))
     return 0
 
 

@@ -219,7 +219,7 @@ def test_no_warning_where_the_target_can_verify(fresh_warnings, caplog, role):
 def test_an_audited_worker_and_its_own_draft_worker_get_no_warning(
     fresh_warnings, caplog
 ):
-    from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2, EagleDraftWorker
+    from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorkerV2
 
     worker = object.__new__(EAGLEWorkerV2)
     worker.__dict__["_draft_worker"] = object.__new__(EagleDraftWorker)

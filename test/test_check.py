@@ -506,10 +506,10 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     its pools, it runs upstream's sizing, and the plugin would free its verify-only
     state; the plugin's server, beside it, is compared with the plugin's column and
     its budget record with both."""
+    from sglang_pd_lean.census.environment import load_sglang_plugins
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
     from sglang_pd_lean.census.served import predict
     from sglang_pd_lean.cli import check as fleet
-    from sglang_pd_lean.census.environment import load_sglang_plugins
 
     load_sglang_plugins()
     release = installed_release()
@@ -753,10 +753,10 @@ def test_a_budget_pair_reads_upstream_to_now_or_the_ranks_own_figure():
 def test_a_prefill_server_with_nothing_to_spend_is_told_why(tmp_path):
     """A prefill server without speculative decoding: its advice is the census's
     reason for its own role."""
+    from sglang_pd_lean.census.environment import load_sglang_plugins
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
     from sglang_pd_lean.census.served import predict
     from sglang_pd_lean.cli import check as fleet
-    from sglang_pd_lean.census.environment import load_sglang_plugins
 
     load_sglang_plugins()
     doc = recorded(installed_release(), "prefill")

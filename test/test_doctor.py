@@ -363,8 +363,8 @@ def test_the_report_refuses_in_one_line_naming_the_first_seam_and_counting_the_r
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
 
     from sglang_pd_lean import seams
-    from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.environment import require_seams
+    from sglang_pd_lean.census.inputs import CensusError
 
     labels = (
         "sglang.srt.distributed.utils.get_pp_indices",

@@ -28,8 +28,12 @@ from helpers import server_fields, upstream_has
 from placeholder import Inputs
 
 from sglang_pd_lean import census, record
-from sglang_pd_lean.gates import dflash_graph, draft_graph, frozen_kv_graph
-from sglang_pd_lean.gates import multi_layer_graph
+from sglang_pd_lean.gates import (
+    dflash_graph,
+    draft_graph,
+    frozen_kv_graph,
+    multi_layer_graph,
+)
 from sglang_pd_lean.upstream import resolve
 
 DRAFT_TOKENS = 4
@@ -160,9 +164,7 @@ class DraftModelWorker:
 
     def __init__(self) -> None:
         self.asked: list[bool] = []
-        self.model_runner = types.SimpleNamespace(
-            tp_group=None, capture_tail_hooks=[]
-        )
+        self.model_runner = types.SimpleNamespace(tp_group=None, capture_tail_hooks=[])
 
     def init_cuda_graphs(self, capture_decode_cuda_graph: bool = True) -> None:
         self.asked.append(capture_decode_cuda_graph)
@@ -174,7 +176,7 @@ def frozen_kv_runner(worker):
     """Stands in for ``FrozenKVMTPCudaGraphRunner(worker)``, which captures: like
     upstream's constructor it first reads the worker's draft model runner
     (``test_the_frozen_kv_graph_runner_reads_the_draft_model_runner_first``)."""
-    worker.draft_model_runner
+    _ = worker.draft_model_runner
     raise ReachedCapture
 
 
@@ -348,9 +350,10 @@ def test_gate_leaves_decode_and_unified_servers_to_upstream(case, role):
     captured, _, snapshot = run(case, role, "gate")
     assert captured
     assert snapshot["gates"][case.gate.GATE.name] == record.Outcome.STEPPED_ASIDE
-    assert "can run TARGET_VERIFY" in snapshot["stepped_aside_because"][
-        case.gate.GATE.name
-    ]
+    assert (
+        "can run TARGET_VERIFY"
+        in snapshot["stepped_aside_because"][case.gate.GATE.name]
+    )
 
 
 def test_gate_leaves_a_unified_memory_prefill_server_to_upstream(case):

@@ -12,11 +12,10 @@ import os
 import pytest
 from helpers import NEXTN
 
-from sglang_pd_lean import cli
+from sglang_pd_lean import census, cli
 from sglang_pd_lean.census import model, weights
 from sglang_pd_lean.census.inputs import MODELS_DIR
 from sglang_pd_lean.census.launch import GPUS
-from sglang_pd_lean import census
 from sglang_pd_lean.census.weights import BUILD_ENV
 from sglang_pd_lean.units import GIB
 

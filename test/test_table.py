@@ -180,9 +180,8 @@ def test_the_head_names_release_model_layout_and_cache_strategy(main_job):
 
 
 def test_the_head_has_no_strategy_where_sglang_resolves_none():
-    from sglang_pd_lean.cli import table
-
     from sglang_pd_lean.census.results import Inputs
+    from sglang_pd_lean.cli import table
 
     inputs = Inputs(
         tp=2,
@@ -272,9 +271,8 @@ def test_an_unsized_census_says_its_pools_are_at_the_flags_counts():
 
 
 def test_a_gpu_named_without_facts_is_shown_by_name():
-    from sglang_pd_lean.cli import table
-
     from sglang_pd_lean.census.gpus import Gpu
+    from sglang_pd_lean.cli import table
 
     assert table._where(Gpu("local", 0, 0)) == "local"
     gpu = Gpu(name="NVIDIA B200", sm=100, memory_mib=183359)

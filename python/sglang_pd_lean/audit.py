@@ -310,9 +310,7 @@ def row_for(worker: type) -> Row:
 
 def as_json(rows: list[Row]) -> dict:
     return {
-        "pieces": [
-            {"key": p.key, "title": p.title, "side": p.side} for p in PIECES
-        ],
+        "pieces": [{"key": p.key, "title": p.title, "side": p.side} for p in PIECES],
         "rows": [
             {
                 "algorithms": list(row.algorithms),

@@ -361,8 +361,6 @@ def aliases() -> dict[str, tuple[str, ...]]:
             and node.name == "_resolve_speculative_algorithm_alias"
         ):
             for sub in ast.walk(node):
-                if isinstance(sub, ast.Return) and isinstance(
-                    sub.value, ast.Constant
-                ):
+                if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Constant):
                     returned.add(sub.value.value)
     return {alias: tuple(sorted(returned)) for alias in reserved if returned}

@@ -178,7 +178,11 @@ SEAMS: tuple[Seam, ...] = (
         "plugin: a scheduler rank loads plugins here",
     ),
     *(
-        _s(path, Part.PLUGIN, "plugin: a process that builds no model loads plugins here")
+        _s(
+            path,
+            Part.PLUGIN,
+            "plugin: a process that builds no model loads plugins here",
+        )
         for path in (
             "sglang.launch_server.run_server",
             "sglang.cli.serve.serve",

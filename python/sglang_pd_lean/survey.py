@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 from dataclasses import dataclass
 
-from sglang_pd_lean.seams import SEAMS, Seam
+from sglang_pd_lean.seams import SEAMS, Part, Seam
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def _codes(obj: Any) -> list[types.CodeType]:
     return [code] if isinstance(code, types.CodeType) else []
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_names(code: types.CodeType) -> frozenset[str]:
     """The names ``code`` uses (attributes read, functions called, globals and
     locals), nested functions and comprehensions included; never a comment's or a
@@ -102,7 +102,7 @@ def code_names(code: types.CodeType) -> frozenset[str]:
     return frozenset(names)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_strings(code: types.CodeType) -> frozenset[str]:
     """The string constants in ``code`` and its nested code (the literal parts of
     an f-string, and a constant tuple's strings: ``x in ("a", "b")``, included)."""

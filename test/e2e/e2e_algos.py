@@ -66,9 +66,7 @@ ROLES = {
     "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
 }
 # "ALGORITHM role" -> (algorithm, role suffix)
-ALGO_RUNS = {
-    f"{algo} {role}": (algo, role) for algo in ALGORITHMS for role in ROLES
-}
+ALGO_RUNS = {f"{algo} {role}": (algo, role) for algo in ALGORITHMS for role in ROLES}
 
 
 def algo_args(name: str, workdir: str) -> tuple[list[str], dict[str, str]]:
@@ -124,7 +122,9 @@ def redirected_bytes(run) -> int:
 JIT_ERROR = (
     r"(?P<file>sglang/kernels/jit/csrc/\S+?):(?P<line>\d+):\d+: error: (?P<error>.*)"
 )
-SRT_FRAME = r'File "[^"]*/(?P<file>sglang/srt/\S+\.py)", line (?P<line>\d+), in (?P<fn>\w+)'
+SRT_FRAME = (
+    r'File "[^"]*/(?P<file>sglang/srt/\S+\.py)", line (?P<line>\d+), in (?P<fn>\w+)'
+)
 
 
 def jit_build_failure(run) -> str | None:

@@ -97,7 +97,9 @@ def test_prefill_gates_act_where_upstream_does_the_work(runs, device, algo):
     for state in run.internal_states():
         record = state["pd_lean"]
         assert record["sglang_version"] == sglang.__version__
-        asked = {g for g, s in record["gates"].items() if s in ("acted", "stepped aside")}
+        asked = {
+            g for g, s in record["gates"].items() if s in ("acted", "stepped aside")
+        }
         assert asked == set(lines), run.explain(f"record: {record}")
         for gate, outcome in expected.items():
             assert record["gates"][gate] == outcome, run.explain(f"{gate}: {record}")
@@ -120,9 +122,9 @@ def test_prefill_builds_no_verify_state_where_upstream_does(runs, device, algo):
     off = started(runs, algo, f"prefill, {WITHOUT_US}", device)
     upstream_builds = not upstream_has("pool")
     logged_off = logged_sizes(off)
-    assert all((c in logged_off) == upstream_builds for c in VERIFY_COMPONENTS), (
-        off.explain(f"upstream's Mamba Cache line: {logged_off}")
-    )
+    assert all(
+        (c in logged_off) == upstream_builds for c in VERIFY_COMPONENTS
+    ), off.explain(f"upstream's Mamba Cache line: {logged_off}")
     logged_on = logged_sizes(on)
     assert not any(c in logged_on for c in VERIFY_COMPONENTS), on.explain(
         f"with the plugin: {logged_on}; without it: {logged_off}"

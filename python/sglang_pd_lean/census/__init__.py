@@ -52,6 +52,7 @@ from sglang_pd_lean.accounting import (
     component_bytes,
     pool_tensors,
 )
+from sglang_pd_lean.census.flags import shorthand_argv
 from sglang_pd_lean.census.gpus import gpu_facts
 from sglang_pd_lean.census.inputs import (
     DEFAULT_MODEL,
@@ -69,7 +70,6 @@ from sglang_pd_lean.census.inputs import (
     read_config_dict,
     sglang_rejects,
 )
-from sglang_pd_lean.census.flags import shorthand_argv
 from sglang_pd_lean.census.launch import Launch, ResolvedLaunch, resolve_launch
 from sglang_pd_lean.census.pools import (
     build_request_pool,

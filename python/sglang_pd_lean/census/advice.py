@@ -20,7 +20,6 @@ SGLang already leaves the verify state out, a launch without speculative decodin
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Mapping
 
 from sglang_pd_lean.census.inputs import MAX_SLOTS, ROLES

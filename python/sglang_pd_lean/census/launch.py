@@ -30,6 +30,8 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from sglang_pd_lean.census.flags import given, merged_argv, role_argv
+
 # The GPU catalogue and the probes, where the callers of this module find them.
 from sglang_pd_lean.census.gpu_probes import PROBE_PATTERN, on_gpu, probes  # noqa: F401
 from sglang_pd_lean.census.gpus import (  # noqa: F401
@@ -39,7 +41,6 @@ from sglang_pd_lean.census.gpus import (  # noqa: F401
     Gpu,
     gpu_facts,
 )
-from sglang_pd_lean.census.flags import given, merged_argv, role_argv
 from sglang_pd_lean.census.inputs import (
     DEFAULT_MODEL,
     ROLES,
@@ -49,6 +50,7 @@ from sglang_pd_lean.census.inputs import (
 )
 from sglang_pd_lean.census.results import RESOLVED_FIELDS, Resolution
 from sglang_pd_lean.shims import field_names, resolve_once, resolved_value
+
 
 @functools.cache
 def _preimport() -> None:

@@ -29,7 +29,6 @@ from sglang_pd_lean.census.inputs import (
 )
 from sglang_pd_lean.census.launch import (
     Launch,
-    Resolved,
     ResolvedLaunch,
     exported,
     resolve,
@@ -377,7 +376,5 @@ def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
         page_size=base["page_size"] or 1,
         mamba_radix_cache_strategy=base.get("mamba_radix_cache_strategy"),
         available_gib=memory.available_gib if memory else None,
-        mamba_sizing=(
-            _sizing_name(base, model.linear is not None) if memory else None
-        ),
+        mamba_sizing=(_sizing_name(base, model.linear is not None) if memory else None),
     )

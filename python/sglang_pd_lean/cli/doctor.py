@@ -12,6 +12,7 @@ import importlib.util
 import json
 
 from sglang_pd_lean.census.environment import quiet_sglang
+from sglang_pd_lean.cli.grid import grid
 
 
 def doctor_report() -> dict:
@@ -106,21 +107,17 @@ def speculative_lines(speculative: dict) -> list[str]:
     cells = [
         [CELL_WORDS[row["cells"][p["key"]]["state"]] for p in pieces] for row in rows
     ]
-    columns = [
-        ["algorithm", *labels],
-        ["worker", *workers],
-        *[[p["title"], *(c[i] for c in cells)] for i, p in enumerate(pieces)],
+    table = [["algorithm", "worker", *(p["title"] for p in pieces)]]
+    table += [
+        [label, worker, *said]
+        for label, worker, said in zip(labels, workers, cells, strict=True)
     ]
-    widths = [max(len(text) for text in column) + 2 for column in columns]
-    lines = [head]
-    for i in range(len(rows) + 1):
-        text = "".join(f"{col[i]:{w}}" for col, w in zip(columns, widths))
-        lines.append("  " + text.rstrip())
+    lines = [head, *("  " + line for line in grid(table, align="<"))]
     lines.append(
         "  native: SGLang skips it; plugin: the plugin removes it; built: still "
         "built (below); -: not present"
     )
-    for label, row in zip(labels, rows):
+    for label, row in zip(labels, rows, strict=True):
         for p in pieces:
             cell = row["cells"][p["key"]]
             if cell["state"] in ("still built", "not audited"):

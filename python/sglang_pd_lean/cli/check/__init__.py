@@ -76,8 +76,8 @@ def model_override(args) -> str | None:
 
 def _known_gpu(name: str | None) -> None:
     """An unknown ``--gpu`` is bad input before any server is asked."""
-    from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.gpus import gpu_facts
+    from sglang_pd_lean.census.inputs import CensusError
 
     try:
         gpu_facts(name)

@@ -17,6 +17,7 @@ import dataclasses
 
 from sglang_pd_lean.cli.check.servers import PluginState, Rank, Server, Unanswered
 
+
 def exit_code(answers: list) -> int:
     if any(isinstance(a, Unanswered) for a in answers):
         return 2
@@ -128,9 +129,9 @@ def _int(sized, key: str) -> int | None:
 
 def predict_all(answers: list, args, model: str | None) -> dict[str, Prediction]:
     """url -> the report's prediction for every server that answered."""
-    from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.environment import load_sglang_plugins, require_seams
     from sglang_pd_lean.census.gpus import LOCAL, gpu_facts
+    from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.served import predict
 
     servers = [a for a in answers if isinstance(a, Server) and a.ranks]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_pd_lean.cli.check.judge import Prediction
+from sglang_pd_lean.cli.check.judge import Figure, Prediction
 from sglang_pd_lean.cli.check.servers import Server, Unanswered
 from sglang_pd_lean.cli.grid import grid
 from sglang_pd_lean.units import human_bytes
 
 SCHEMA_VERSION = 1
+
 
 def rows(server: Server) -> list[dict[str, str]]:
     """The table's rows for one server, one per rank: cell by ``HEADER`` name."""
@@ -27,15 +28,15 @@ def rows(server: Server) -> list[dict[str, str]]:
 
         freed = sum(rank.not_allocated_bytes.values())
         cells = [
-                server.url,
-                str(rank.index),
-                server.role + ("" if server.speculative else " (no spec)"),
-                server.version,
-                str(rank.state),
-                ", ".join(f"{g}: {s}" for g, s in rank.gates.items()) or "-",
-                human_bytes(freed) if rank.record else "-",
-                _pair(*(recorded(c, "kv_tokens") for c in COLUMNS), rank.kv_tokens),
-                _pair(*(recorded(c, "mamba_slots") for c in COLUMNS), rank.mamba_slots),
+            server.url,
+            str(rank.index),
+            server.role + ("" if server.speculative else " (no spec)"),
+            server.version,
+            str(rank.state),
+            ", ".join(f"{g}: {s}" for g, s in rank.gates.items()) or "-",
+            human_bytes(freed) if rank.record else "-",
+            _pair(*(recorded(c, "kv_tokens") for c in COLUMNS), rank.kv_tokens),
+            _pair(*(recorded(c, "mamba_slots") for c in COLUMNS), rank.mamba_slots),
         ]
         out.append(dict(zip(HEADER, cells, strict=True)))
     return out
