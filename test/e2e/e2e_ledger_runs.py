@@ -11,15 +11,19 @@ takes the smaller of it and the profiled capacity; ``--max-mamba-cache-size``:
 ``_handle_max_mamba_cache`` takes it as the slot count and only subtracts the
 reserve from the budget), as long as the budget holds them (a few MiB here).
 
-``python test/e2e/e2e_ledger_runs.py LEDGER.jsonl ...`` prints each ledger's
-summary (the figures of docs/testing.md).
+``python test/e2e/e2e_ledger_runs.py FOLDER`` prints the summary of each ledger
+in FOLDER (a session's ``servers`` folder: ``pytest --basetemp=B`` keeps it as
+``B/servers0``) and each role's difference (the figures of docs/testing.md).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import glob
 import json
+import os
+import re
 import sys
 
 from e2e_algos import NOT_OUR_PLUGIN
@@ -111,18 +115,48 @@ def summary(entries: list[dict], top: int = 5) -> dict:
     }
 
 
-def main(paths: list[str]) -> None:
-    for path in paths:
-        ledger = read_ledger(path)
-        entries, end = ledger.entries, ledger.end
-        s = summary(entries)
-        print(
-            f"{path}: {s['entries']} entries, {s['bytes']:,} bytes "
-            f"({s['live_bytes']:,} held at the end), ledger errors {end['errors']}"
-        )
-        for function, nbytes in s["top"]:
-            print(f"  {nbytes:>15,}  {function}")
+def _run_of(ledger_path: str) -> str:
+    """"ROLE, plugin" or "ROLE, no plugin", read from the server's log beside its
+    ledger (the harness names both after the server's port)."""
+    folder, name = os.path.split(ledger_path)
+    log_path = os.path.join(folder, name.replace("ledger-", "server-", 1))
+    with open(log_path.removesuffix(".jsonl") + ".log", errors="replace") as f:
+        log = f.read()
+    role = re.search(r"disaggregation_mode'?[=:] ?'(\w+)'", log)[1]
+    return f"{role}, {'plugin' if '[sglang-pd-lean]' in log else 'no plugin'}"
+
+
+def _print_summary(name: str, ledger: Ledger) -> None:
+    s = summary(ledger.entries)
+    print(
+        f"{name}: {s['entries']} entries, {s['bytes']:,} bytes "
+        f"({s['live_bytes']:,} held at the end), ledger errors {ledger.end['errors']}"
+    )
+    for function, nbytes in s["top"]:
+        print(f"  {nbytes:>15,}  {function}")
+
+
+def main(folder: str) -> None:
+    """Each ledger in ``folder`` (a session's ``servers`` folder), then each
+    role's difference: entries only with the plugin, only without it."""
+    ledgers = {
+        _run_of(path): read_ledger(path)
+        for path in sorted(glob.glob(os.path.join(folder, "ledger-*.jsonl")))
+    }
+    for name in sorted(ledgers):
+        _print_summary(name, ledgers[name])
+    for role in sorted({name.split(",")[0] for name in ledgers}):
+        on, off = ledgers.get(f"{role}, plugin"), ledgers.get(f"{role}, no plugin")
+        if on is None or off is None:
+            continue
+        for label, left, right in (("only with", on, off), ("only without", off, on)):
+            for e in difference(left.entries, right.entries):
+                early = " (import, load order)" if e["import"] in right.modules else ""
+                print(
+                    f"{role} {label} the plugin: {e['bytes']:,} B {e['dtype']} "
+                    f"{e['shape']} {e['function']}:{e['line']}{early}"
+                )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1])
