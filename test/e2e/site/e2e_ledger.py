@@ -26,8 +26,9 @@ does not build allocates nothing); storages made outside the dispatcher
 
 The entries are written as JSON lines when ``Scheduler.__init__`` returns or
 raises, after one line ``{"start": true, "modules": [...]}`` (the SGLang modules
-already imported when it began) and before one line ``{"end": true, "entries": n, "errors": e, "pid": p}``. A
-failure inside the ledger is counted in ``errors`` and never reaches the server.
+already imported when it began) and before one line ``{"end": true, "entries": n,
+"errors": e, "pid": p}``. A failure inside the ledger is counted in ``errors`` and
+never reaches the server.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import sys
 ENV = "SGLANG_PD_LEAN_E2E_LEDGER"
 SCHEDULER = "sglang.srt.managers.scheduler"
 _OWN_PREFIXES = ("sglang.", "sglang_pd_lean.", "sglang_pd_lean")
-_SKIPPED_PREFIXES = ("torch.", "torch", "functools", "contextlib", __name__)
+_SKIPPED_PREFIXES = ("torch", "functools", "contextlib", __name__)
 
 
 def _storage_key(tensor) -> int:
@@ -81,9 +82,8 @@ def _caller() -> tuple[str, int, str | None, str | None]:
 
 def _new_storages(func, args, kwargs, out) -> list:
     """The output tensors whose storage no input holds, one per storage."""
-    from torch.utils._pytree import tree_leaves
-
     import torch
+    from torch.utils._pytree import tree_leaves
 
     inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     if func is torch.ops.aten.lift_fresh.default:
