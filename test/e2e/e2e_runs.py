@@ -24,6 +24,7 @@ import sys
 
 import pytest
 from e2e_algos import ALGO_RUNS, NOT_OUR_PLUGIN, algo_args
+from e2e_ledger_runs import LEDGER_RUNS
 from harness import (
     COMMON_ARGS,
     PD_TRANSFER_ARGS,
@@ -53,6 +54,7 @@ RUNS = {
     ),
     "null": ([], {}),
     "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
+    **LEDGER_RUNS,  # the start-up allocation ledger's (e2e_ledger_runs.py)
 }
 # The servers `check` is tried on, all up at once: run name -> file stem of its
 # recorded /server_info (test/data/server_info/<release>/).
@@ -128,6 +130,8 @@ class Run:
     # The server's own launch_server flags (everything after ``-m
     # sglang.launch_server`` in the command the harness ran, ports included).
     argv: list[str] = dataclasses.field(default_factory=list)
+    # Its start-up allocation ledger (site/e2e_ledger.py), if it kept one.
+    ledger_path: str | None = None
 
     def lines(self, pattern: str) -> list[re.Match]:
         regex = re.compile(pattern)
@@ -187,6 +191,7 @@ class Runs:
             server_info=info,
             log_path=server.log_path,
             argv=server.command[server.command.index("sglang.launch_server") + 1 :],
+            ledger_path=server.ledger_path,
         )
 
     @contextlib.contextmanager

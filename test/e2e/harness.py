@@ -30,6 +30,7 @@ import psutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 SITE = os.path.join(HERE, "site")
 READY_LINE = "The server is fired up and ready to roll!"
+LEDGER_ENV = "SGLANG_PD_LEAN_E2E_LEDGER"
 
 # The CPU recipe: a speculative (NEXTN) server on a tiny hybrid model with
 # dummy weights, no warmup request and no overlap scheduler. The memory share: on a
@@ -98,7 +99,7 @@ class Server:
             *args,
         ]  # fmt: skip
         full_env = dict(os.environ)
-        for name in ("SGLANG_PLUGINS", "SGLANG_PD_LEAN"):
+        for name in ("SGLANG_PLUGINS", "SGLANG_PD_LEAN", LEDGER_ENV):
             full_env.pop(name, None)
         paths = [SITE] + (
             [full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else []
@@ -112,6 +113,12 @@ class Server:
             TMPDIR=tmp,
         )
         full_env.update(env or {})
+        # The start-up allocation ledger (site/e2e_ledger.py), asked for with "1":
+        # written beside the log.
+        self.ledger_path = None
+        if full_env.get(LEDGER_ENV) == "1":
+            self.ledger_path = os.path.join(workdir, f"ledger-{self.port}.jsonl")
+            full_env[LEDGER_ENV] = self.ledger_path
         self.env = full_env
         self.process: subprocess.Popen | None = None
         self._family: dict[int, psutil.Process] = {}

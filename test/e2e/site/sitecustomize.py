@@ -8,6 +8,8 @@ plugin's hooks, which then wrap these wrappers):
 - ``e2e_probe``: always; logs a figure upstream computes and never prints.
 - ``e2e_standins``: only on a CPU (``SGLANG_PD_LEAN_E2E_STANDINS=1``, set by the
   harness for ``--device cpu``); each replaces one GPU-only start-up call.
+- ``e2e_ledger``: only with ``SGLANG_PD_LEAN_E2E_LEDGER=<file>``; records every
+  tensor ``Scheduler.__init__`` allocates, and which SGLang function asked.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ if os.environ.get("SGLANG_PD_LEAN_E2E_STANDINS") == "1":
     for _module, _patches in e2e_standins.PATCHES.items():
         _PATCHES.setdefault(_module, []).extend(_patches)
     sys.meta_path.insert(0, e2e_standins.MissingModuleFinder())
+if os.environ.get("SGLANG_PD_LEAN_E2E_LEDGER"):
+    import e2e_ledger
+
+    for _module, _patches in e2e_ledger.PATCHES.items():
+        _PATCHES.setdefault(_module, []).extend(_patches)
 
 
 class _PatchingLoader(importlib.abc.Loader):
