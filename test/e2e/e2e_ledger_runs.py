@@ -116,7 +116,7 @@ def summary(entries: list[dict], top: int = 5) -> dict:
 
 
 def _run_of(ledger_path: str) -> str:
-    """"ROLE, plugin" or "ROLE, no plugin", read from the server's log beside its
+    """ "ROLE, plugin" or "ROLE, no plugin", read from the server's log beside its
     ledger (the harness names both after the server's port)."""
     folder, name = os.path.split(ledger_path)
     log_path = os.path.join(folder, name.replace("ledger-", "server-", 1))

@@ -66,8 +66,10 @@ def _caller() -> tuple[str, int, str | None, str | None]:
     found, via, importing = None, None, None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if frame.f_code.co_name == "<module>" and importing is None and (
-            module not in ("__main__", "__mp_main__")
+        if (
+            frame.f_code.co_name == "<module>"
+            and importing is None
+            and (module not in ("__main__", "__mp_main__"))
         ):
             importing = module
         if found is None and not module.startswith(_SKIPPED_PREFIXES):
