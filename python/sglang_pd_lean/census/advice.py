@@ -53,8 +53,8 @@ UNSPECULATIVE = (
 
 def nothing_to_spend(census) -> dict[str, str]:
     """Per role, why the plugin frees nothing there (no entry: something to
-    spend). ``census``: ``census.server.Census`` of a sized launch with a prefill
-    column."""
+    spend). ``census``: the ``Report`` of ``census.server.census_launch`` for a
+    sized launch with a prefill column."""
     reasons = {}
     pools, capacity = census.roles["prefill"], census.capacity["prefill"]
     upstream, plugin = capacity.upstream, capacity.plugin
@@ -160,8 +160,8 @@ class Advice:
 
 
 def advise(done: ResolvedLaunch, census) -> Advice:
-    """The advice for a sized ``census`` (``census.server.Census``) of ``done``,
-    whose prefill column it reads."""
+    """The advice for the census (``census.server.census_launch``'s ``Report``) of
+    a sized ``done``, whose prefill column it reads."""
     from sglang_pd_lean.census.server import weights_of
 
     reasons = frozen_map(nothing_to_spend(census))

@@ -30,7 +30,7 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sglang_pd_lean.census.flags import given, merged_argv, role_argv
+from sglang_pd_lean.census.flags import given_role, merged_argv, model_path, role_argv
 
 # The GPU catalogue and the probes, where the callers of this module find them.
 from sglang_pd_lean.census.gpu_probes import PROBE_PATTERN, on_gpu, probes  # noqa: F401
@@ -253,8 +253,7 @@ def resolve_launch(launch: Launch, roles: tuple[str, ...] = ROLES) -> ResolvedLa
     from sglang_pd_lean.census.model import model_folder
 
     argv = merged_argv(list(launch.shorthand), list(launch.argv))
-    fields = given(argv)
-    path = fields.get("model_path")
+    path = model_path(argv)
     if path is not None and (launch.model or launch.config):
         raise CensusError(
             "give the model once: --model/--config, or --model-path after --"
@@ -274,8 +273,7 @@ def resolve_launch(launch: Launch, roles: tuple[str, ...] = ROLES) -> ResolvedLa
             folder = model_folder(data)
     if path is None:
         argv += ["--model-path", folder]
-    role = fields.get("disaggregation_mode")
-    role = role if role in ROLES else "null"
+    role = given_role(argv)
     named = {role: resolve(role_argv(argv, role), launch.gpu)}
     done = ResolvedLaunch(
         launch=launch,

@@ -8,10 +8,10 @@ The steps, in order: what plain Python can check (before SGLang's import); the
 role the flags name resolved by SGLang (``launch.resolve_launch``); the weights
 build started in a child from it (``server.weights_build``); the other roles shown
 resolved, once each (``ResolvedLaunch.more``); the plugins loaded as an SGLang
-process loads them, and the seams the census needs checked; the census per role (``server.census_launch``); for a
-sized report with a prefill column, the advice (``advice.advise``, one more
+process loads them, and the seams the census needs checked; the census per role
+and the plugin's gates on this SGLang (``server.census_launch``); for a sized report with a prefill column, the advice (``advice.advise``, one more
 resolution per set of flags it tries); what the prefill target does not build,
-piece by piece (``pieces``); the plugin's gates on this SGLang.
+piece by piece (``pieces``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ from sglang_pd_lean.census.environment import (
 )
 from sglang_pd_lean.census.inputs import ROLES
 from sglang_pd_lean.census.launch import Launch, check, resolve_launch
-from sglang_pd_lean.census.results import Report, frozen_map
+from sglang_pd_lean.census.results import Report
 
 
 def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
     """The report on ``launch``, its columns the ``roles`` wanted (a caller that
     needs one role, such as ``check`` for one server, saves the others'
     resolution and pools)."""
-    from sglang_pd_lean import plugin
     from sglang_pd_lean.census.advice import advise
     from sglang_pd_lean.census.pieces import prefill_pieces
     from sglang_pd_lean.census.server import census_launch, weights_build
@@ -46,15 +45,13 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
         load_sglang_plugins()
         require_seams()
         census = census_launch(done, columns, build)
-    advised = None
-    if launch.sized and "prefill" in columns:
-        advised = advise(done, census)
-    gates = {gate.name: str(gate.state) for gate in plugin.decision().plans}
-    parts = {f.name: getattr(census, f.name) for f in dataclasses.fields(census)}
-    return Report(
-        **parts,
-        advice=advised.advice if advised else None,
-        nothing_to_spend=advised.nothing_to_spend if advised else None,
-        prefill_pieces=prefill_pieces(done),
-        plugin_gates=frozen_map(gates),
+    pieces = prefill_pieces(done)
+    if not (launch.sized and "prefill" in columns):
+        return dataclasses.replace(census, prefill_pieces=pieces)
+    advised = advise(done, census)
+    return dataclasses.replace(
+        census,
+        advice=advised.advice,
+        nothing_to_spend=advised.nothing_to_spend,
+        prefill_pieces=pieces,
     )

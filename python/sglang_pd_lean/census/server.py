@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.census.flags import role_argv
@@ -57,7 +57,7 @@ from sglang_pd_lean.census.results import (
     Memory,
     ModelledMemory,
     Pair,
-    Resolution,
+    Report,
     RoleSizing,
     Sizing,
     frozen_map,
@@ -293,28 +293,16 @@ def _named(sized: Sizing, fields: dict, hybrid: bool) -> Sizing:
     )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Census:
-    """The census of one resolved launch, per role shown (``Report``'s parts)."""
-
-    sglang_version: str
-    model: str
-    launch: Any  # results.Head
-    inputs: Inputs
-    resolved: Mapping[str, Resolution]
-    roles: Mapping[str, Pair]
-    warmup: Mapping[str, Pair]
-    memory: Mapping[str, Memory] | None
-    capacity: Mapping[str, RoleSizing] | None
-
-
 def census_launch(
     done: ResolvedLaunch, columns: tuple[str, ...], build: Build | None
-) -> Census:
+) -> Report:
     """The census per role of ``columns`` (each resolved in ``done``): memory,
-    pools, sizing, warm-up buffers. ``build``: the launch's weights build, started
-    (``weights_build``), where the sizing needs one."""
+    pools, sizing, warm-up buffers, and the gates this SGLang needs; the report's
+    later parts (advice, pieces) not yet. ``build``: the launch's weights build,
+    started (``weights_build``), where the sizing needs one."""
     import sglang
+
+    from sglang_pd_lean import plugin
 
     with exported(done.named.environ):
         fields = {r: resolved_fields(done.resolved[r].server_args) for r in columns}
@@ -336,7 +324,8 @@ def census_launch(
     sized = done.launch.sized
     # The memory of the role the flags name (else the first shown), sized.
     named = memory.get(done.role) or next(iter(memory.values()))
-    return Census(
+    gates = {gate.name: str(gate.state) for gate in plugin.decision().plans}
+    return Report(
         sglang_version=sglang.__version__,
         model=done.name,
         launch=Head(argv=done.argv, role=done.role, gpu=done.launch.gpu, sized=sized),
@@ -346,6 +335,7 @@ def census_launch(
         warmup=frozen_map(warmup),
         memory=frozen_map(memory) if sized else None,
         capacity=frozen_map(capacity) if sized else None,
+        plugin_gates=frozen_map(gates),
     )
 
 
