@@ -55,7 +55,7 @@ def prefill_configurator(stack: contextlib.ExitStack, inputs):
         census.published(**server_fields(inputs, "prefill"))
     )
     return census.configurator(
-        mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+        mc, server_args, is_draft_worker=False
     )
 
 

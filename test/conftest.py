@@ -128,7 +128,6 @@ def configurator():
                 mc,
                 server_args,
                 is_draft_worker=is_draft_worker,
-                layers=(0, mc.num_hidden_layers),
             )
             return inputs, conf
 

@@ -61,9 +61,7 @@ def size_and_build(
     fields = server_fields(inputs, role, sizing=True)
     column = upstream_behaviour() if upstream else contextlib.nullcontext()
     with census.parallel(tp=tp), census.published(**fields) as server_args, column:
-        conf = census.configurator(
-            mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
-        )
+        conf = census.configurator(mc, server_args, is_draft_worker=False)
         kv_gib = conf._handle_max_mamba_cache(AVAILABLE_GIB)
         slots = setting("get_schedule", "max_mamba_cache_size", server_args)
         requests = conf.resolve_max_num_reqs(10**9)  # the pool's request count
@@ -126,7 +124,7 @@ def test_draft_worker_budget_is_upstream(branch):
         fields = server_fields(inputs, "prefill", sizing=True)
         with census.parallel(tp=4), census.published(**fields) as server_args, column:
             conf = census.configurator(
-                mc, server_args, is_draft_worker=True, layers=(0, mc.num_hidden_layers)
+                mc, server_args, is_draft_worker=True
             )
             kv_gib = conf._handle_max_mamba_cache(AVAILABLE_GIB)
             results.append(
@@ -331,7 +329,7 @@ def test_budget_gate_steps_aside_where_upstream_reserves_no_verify_state(unhooke
     for column in (upstream_behaviour(), contextlib.nullcontext()):
         with census.parallel(tp=4), census.published(**fields) as server_args:
             conf = census.configurator(
-                mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+                mc, server_args, is_draft_worker=False
             )
             with column:
                 rests.append(budget.GATE.around(unhooked(budget.GATE), conf, 100.0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 
 import pytest
 from formulas import FP32, GIB, gdn_dims, gdn_expected, load_config
@@ -365,15 +366,23 @@ def test_warmup_buffers_are_sglangs_decode_buffers_at_each_roles_tokens():
         speculative_eagle_topk=1,
         speculative_num_draft_tokens=3,
     )
+    def slots(upstream: int, plugin: int):  # each column's server's requests
+        return types.SimpleNamespace(
+            upstream=types.SimpleNamespace(request_slots=upstream),
+            plugin=types.SimpleNamespace(request_slots=plugin),
+        )
+
+    # The prefill columns' servers settle on different request counts (the mamba
+    # cap changes with the plugin): each column's batch is its own server's.
     plans = {
-        "prefill": ({"disaggregation_mode": "prefill", **spec}, 24, 3),
-        "decode": ({"disaggregation_mode": "decode", **spec}, 16, 3),
-        "null": ({"disaggregation_mode": "null", **spec}, 8, 3),
-        "no-spec": ({"disaggregation_mode": "prefill"}, 40, 1),
+        "prefill": ({"disaggregation_mode": "prefill", **spec}, slots(30, 24), 3),
+        "decode": ({"disaggregation_mode": "decode", **spec}, slots(16, 16), 3),
+        "null": ({"disaggregation_mode": "null", **spec}, slots(8, 8), 3),
+        "no-spec": ({"disaggregation_mode": "prefill"}, slots(40, 40), 1),
     }
     prefill_native = upstream_has("autotune")
     expected = {
-        "prefill": ((24, 1 if prefill_native else 3), (24, 1)),
+        "prefill": ((30, 1 if prefill_native else 3), (24, 1)),
         "decode": ((16, 3), (16, 3)),
         "null": ((8, 3), (8, 3)),
         "no-spec": ((40, 1), (40, 1)),

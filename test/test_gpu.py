@@ -35,7 +35,7 @@ def test_real_cuda_allocation_matches_the_fake_census(role, column):
         census.published(**server_fields(inputs, role)) as sa,
     ):
         conf = census.configurator(
-            mc, sa, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+            mc, sa, is_draft_worker=False
         )
         with step:
             counted = sum(

@@ -63,7 +63,7 @@ from placeholder import Inputs, prepare
 inputs = Inputs(model="qwen3-next-80b-a3b", tp=2, max_running_requests=4, context_length=256)
 mc, _ = prepare(inputs)
 with census.parallel(tp=2), census.published(disaggregation_mode="prefill", max_running_requests=4, max_mamba_cache_size=12, tp_size=2, speculative_algorithm="EAGLE", speculative_num_draft_tokens=4, speculative_num_steps=3, speculative_eagle_topk=1) as sa:
-    conf = census.configurator(mc, sa, is_draft_worker=False, layers=(0, mc.num_hidden_layers))
+    conf = census.configurator(mc, sa, is_draft_worker=False)
     pool = census.build_request_pool(conf, 4)
 print("RESULT" + json.dumps({{
     "wrapped": {{name: wrapped(t) for name, t in targets.items()}},

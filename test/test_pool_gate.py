@@ -42,9 +42,8 @@ def build(model: str, role: str, speculative: bool, is_draft_worker: bool):
     mc, linear = prepare(inputs)
     fields = server_fields(inputs, role, speculative=speculative)
     with census.parallel(tp=inputs.tp), census.published(**fields) as server_args:
-        layers = (0, mc.num_hidden_layers)
         conf = census.configurator(
-            mc, server_args, is_draft_worker=is_draft_worker, layers=layers
+            mc, server_args, is_draft_worker=is_draft_worker
         )
         plugin = census.build_request_pool(conf, inputs.max_running_requests)
         with upstream_behaviour():

@@ -235,7 +235,7 @@ def prefill_target(model: str):
             census.published(**server_fields(inputs, "prefill"))
         )
         conf = census.configurator(
-            mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+            mc, server_args, is_draft_worker=False
         )
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         yield conf

@@ -229,7 +229,7 @@ def request_pool(role: str, **launch):
     fields = {**server_fields(inputs, role), **launch}
     with census.parallel(tp=2), census.published(**fields) as server_args:
         conf = census.configurator(
-            mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+            mc, server_args, is_draft_worker=False
         )
         return census.build_request_pool(conf, inputs.max_running_requests)
 

@@ -140,7 +140,7 @@ def built_pools(model: str, role: str):
             census.published(**server_fields(inputs, role))
         )
         conf = census.configurator(
-            mc, server_args, is_draft_worker=False, layers=(0, mc.num_hidden_layers)
+            mc, server_args, is_draft_worker=False
         )
         req_pool = census.build_request_pool(conf, REQUESTS)
         stack.enter_context(

@@ -270,6 +270,26 @@ SEAMS: tuple[Seam, ...] = (
         Part.REPORT,
         "the layers of a pipeline stage",
     ),
+    _s(
+        "sglang.srt.model_executor.model_runner.ModelRunner.configure_kv_cache_dtype",
+        Part.REPORT,
+        "the KV cache dtype a target derives",
+    ),
+    _s(
+        "sglang.srt.configs.model_config.AttentionArch",
+        Part.REPORT,
+        "the MLA backend a target derives",
+    ),
+    _s(
+        "sglang.srt.layers.dp_attention.compute_dp_attention_world_info",
+        Part.REPORT,
+        "attention TP and DP of rank 0",
+    ),
+    _s(
+        f"{_PS}._WORLD",
+        Part.REPORT,
+        "the world group the PP sizing's all-reduce asks for",
+    ),
     _s(f"{_RC}.RuntimeContext.override_server_args", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),

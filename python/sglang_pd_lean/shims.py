@@ -90,6 +90,28 @@ def resolved_attention_dp(server_args: Any) -> int:
     return 1
 
 
+def attention_split(server_args: Any, *, tp: int, attn_cp: int) -> tuple[int, int]:
+    """(attention TP, attention DP) of TP rank 0, from SGLang's own
+    ``compute_dp_attention_world_info``: up to 0.5.21 it takes the DP flag and
+    width, from 0.5.22 the resolved attention-DP width."""
+    from sglang.srt.layers import dp_attention
+
+    split = dp_attention.compute_dp_attention_world_info
+    if accepts(split, "enable_dp_attention"):
+        _, attn_tp, _, attn_dp = split(
+            bool(resolved_value(server_args, "enable_dp_attention")),
+            0,
+            tp,
+            resolved_value(server_args, "dp_size") or 1,
+            attn_cp,
+        )
+    else:
+        _, attn_tp, _, attn_dp = split(
+            0, tp, resolved_attention_dp(server_args), attn_cp
+        )
+    return attn_tp, attn_dp
+
+
 def field_names(server_args: Any) -> list[str]:
     """ServerArgs' field names: a dataclass up to 0.5.20, SGLang's own record
     fields from 0.5.21."""

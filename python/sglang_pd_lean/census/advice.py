@@ -104,7 +104,6 @@ class _Road:
                 mc,
                 server_args,
                 is_draft_worker=False,
-                layers=(0, mc.num_hidden_layers),
                 page_size=fields["page_size"] or 1,
             )
             return int(conf._calculate_mamba_ratio())

@@ -3,7 +3,7 @@ parameters, and the pipeline stage that sets the peak (``census.server.rank_mode
 builds SGLang's ``ModelConfig`` from the resolved launch and asks these).
 
     linear = linear_of(mc, data)  # SGLang's own linear-state (mambaish) config
-    layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
+    pp_rank, layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
 
 SGLang reads a model folder; the census writes the config.json it was given into a
 temporary folder (one per distinct config, removed at exit).
@@ -99,9 +99,16 @@ def check_tp_heads(linear, tp: int) -> None:
             raise CensusError(f"--tp {tp} does not divide {name}={count} of this model")
 
 
-def stage_layers(num_layers: int, pp: int, linear_layers: list[int]) -> tuple[int, int]:
-    """The pipeline stage holding the most linear-attention layers (it sets the peak)."""
+def stage_layers(
+    num_layers: int, pp: int, linear_layers: list[int]
+) -> tuple[int, tuple[int, int]]:
+    """(PP rank, [start, end)) of the pipeline stage holding the most
+    linear-attention layers (it sets the peak); the first such stage on a tie."""
     from sglang.srt.distributed.utils import get_pp_indices
 
     stages = [get_pp_indices(num_layers, rank, pp) for rank in range(pp)]
-    return max(stages, key=lambda se: sum(se[0] <= i < se[1] for i in linear_layers))
+    rank = max(
+        range(pp),
+        key=lambda r: sum(stages[r][0] <= i < stages[r][1] for i in linear_layers),
+    )
+    return rank, tuple(stages[rank])

@@ -1,7 +1,7 @@
 """SGLang's request pool built for one role, under ``FakeTensorMode``, and its bytes.
 
     with parallel(tp=4), published(**fields) as server_args:
-        conf = configurator(mc, server_args, is_draft_worker=False, layers=(0, 48))
+        conf = configurator(mc, server_args, is_draft_worker=False)
         pool = build_request_pool(conf, max_num_reqs=256)
     summarize(component_bytes(pool), slots=768, requests=256).verify_only_bytes
 
@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import types
 from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.accounting import COMPONENT_ORDER, VERIFY_ONLY
 from sglang_pd_lean.census.results import PoolSummary
 from sglang_pd_lean.role import upstream_behaviour
-from sglang_pd_lean.shims import layer_info, setting
+from sglang_pd_lean.shims import setting
 
 _NO_KERNEL_WARMUP = "SGLANG_DISABLE_FUSED_MAMBA_SLOT_OPS"
 
@@ -40,12 +39,13 @@ def published(**fields: Any) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def parallel(*, tp: int) -> Iterator[None]:
-    """Attention-TP layout of one rank (rank 0) for SGLang's cache-parameter code."""
-    from sglang.srt.runtime_context import get_parallel
+    """A TP-only layout of TP rank 0 (no attention DP or CP, one pipeline stage)
+    published for the block: a test's or benchmark's input. The census publishes
+    the layout SGLang derives for the launch (``rank.parallel_layout``)."""
+    from sglang_pd_lean.census.rank import Widths, parallel_layout
 
-    with get_parallel().override(
-        tp_size=tp, tp_rank=0, attn_tp_size=tp, attn_tp_rank=0
-    ):
+    widths = Widths(tp_size=tp, attn_tp_size=tp, attn_dp_size=1, attn_cp_size=1, pp_size=1)
+    with parallel_layout(widths):
         yield
 
 
@@ -54,15 +54,20 @@ def configurator(
     server_args,
     *,
     is_draft_worker: bool,
-    layers: tuple[int, int],
+    pp_rank: int = 0,
     page_size: int = 1,
     spec_aux: Any = None,
 ):
-    """A real KVCacheConfigurator, filled in as a plain dataclass. ``spec_aux``:
+    """A real KVCacheConfigurator for TP rank 0 of pipeline stage ``pp_rank``,
+    filled in as a plain dataclass with what the target's ModelRunner derives
+    (``rank.derive``, each field's source in ``rank.FIELD_SOURCES``). ``spec_aux``:
     SGLang's draft-model description (default: the model's own MTP depth)."""
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    from sglang_pd_lean.census.rank import derive, rank_widths
+
+    derived = derive(mc, server_args, rank_widths(server_args), pp_rank)
     fields = [f for f in dataclasses.fields(KVCacheConfigurator) if f.init]
     required = {
         f.name: None
@@ -76,21 +81,13 @@ def configurator(
         model_config=mc,
         server_args=server_args,
         page_size=page_size,
-        kv_cache_dtype=mc.dtype,
-        model_dtype=mc.dtype,
         spec_algorithm=SpeculativeAlgorithm.from_string(
             setting("get_spec", "speculative_algorithm", server_args)
         ),
         is_draft_worker=is_draft_worker,
         post_capture_kv_active=False,
-        is_hybrid_swa=False,
-        is_hybrid_swa_compress=False,
-        use_mla_backend=False,
-        layer_info=layer_info(*layers),
         spec_aux_config=spec_aux if spec_aux is not None else spec_aux_config(mc),
-        ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, attn_cp_size=1, pp_rank=0),
-        pp_size=1,  # 0.5.21+ keep these on the configurator itself
-        attn_dp_size=1,
+        **derived.configurator_fields(),
     )
     names = {f.name for f in fields}
     values.update({k: v for k, v in known.items() if k in names})

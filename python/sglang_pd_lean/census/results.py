@@ -178,6 +178,12 @@ class Inputs:
     context_length: int
     page_size: int
     mamba_radix_cache_strategy: str | None
+    attn_tp: int  # SGLang's DP-attention split of TP rank 0
+    attn_dp: int
+    pp_rank: int  # the stage reported
+    use_mla_backend: bool
+    kv_cache_dtype: str
+    not_followed: tuple[str, ...] = ()  # what the census cannot follow exactly
     available_gib: float | None = None
     mamba_sizing: str | None = None
 

@@ -1,14 +1,13 @@
 """One role's pair of columns: its pool built twice (upstream and with the plugin),
 sized first by SGLang's own budget code where the launch names the memory.
 
-    pools, sizing = census_role(mc, (0, 48), RolePlan(fields=f, slots=None, requests=256))
+    pools, sizing = census_role(mc, RolePlan(fields=f, slots=None, requests=256))
     pools["plugin"].verify_only_bytes, sizing  # sizing: a RoleSizing, or None
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 from sglang_pd_lean.accounting import component_bytes
@@ -21,7 +20,7 @@ from sglang_pd_lean.census.pools import (
     summarize,
 )
 from sglang_pd_lean.census.results import Change, PoolSummary, RoleSizing, Sizing
-from sglang_pd_lean.census.sizing import size_budget
+from sglang_pd_lean.census.sizing import size_budget, stages_agree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,27 +35,29 @@ class RolePlan:
     available_gib: float | None = None
     page_size: int = 1
     spec_aux: Any = None
+    pp_rank: int = 0  # the pipeline stage reported
+    pp_size: int = 1
 
 
 def census_role(
-    mc, layers: tuple[int, int], plan: RolePlan
+    mc, plan: RolePlan
 ) -> tuple[dict[str, PoolSummary], RoleSizing | None]:
     """One role, upstream and plugin: (pool summaries, the sizing or None).
     With ``available_gib`` the pool is built with the slot and request counts
     SGLang's sizing settled on (what the server allocates), else with the plan's."""
     pools, sizing = {}, {}
-    build = _builder(mc, layers, plan)
+    build = _builder(mc, plan)
     for column in ("upstream", "plugin"):
         with column_behaviour(column):
             with published(**plan.fields) as server_args:
                 conf = build(server_args)
                 slots, requests = _counts(conf, plan)
-                if plan.available_gib:
-                    sized = _sized(conf, plan, server_args)
-                    sizing[column] = sized
-                    if sized.fits:
-                        slots = sized.mamba_slots
-                        requests = sized.max_running_requests
+            if plan.available_gib:
+                sized = _sized(build, plan)
+                sizing[column] = sized
+                if sized.fits:
+                    slots = sized.mamba_slots
+                    requests = sized.max_running_requests
             if slots > MAX_SLOTS or requests > MAX_SLOTS:
                 raise CensusError(
                     f"{slots:,} mamba slots and {requests:,} requests: more than the "
@@ -77,30 +78,50 @@ def census_role(
     return pools, RoleSizing(upstream, plugin, Change.between(upstream, plugin))
 
 
-def plugin_sizing(mc, layers: tuple[int, int], plan: RolePlan) -> Sizing:
+def plugin_sizing(mc, plan: RolePlan) -> Sizing:
     """The plugin column's sizing alone, as ``census_role`` sizes it (the plan
     names the memory): all an advice step reads, without the pools it would build
     or the upstream column. The plugin's column is the gates as registered: no gate
     steps aside (``column_behaviour("plugin")`` changes nothing)."""
-    with published(**plan.fields) as server_args:
-        return _sized(_builder(mc, layers, plan)(server_args), plan, server_args)
+    return _sized(_builder(mc, plan), plan)
 
 
-def _builder(mc, layers: tuple[int, int], plan: RolePlan):
-    """The role's configurator, for the server args published at the call."""
-    return functools.partial(
-        configurator,
-        mc,
-        is_draft_worker=False,
-        layers=layers,
-        page_size=plan.page_size,
-        spec_aux=plan.spec_aux,
-    )
+def _builder(mc, plan: RolePlan):
+    """The role's configurator of a pipeline stage (default: the one reported),
+    for the server args published at the call."""
+
+    def build(server_args, pp_rank: int = plan.pp_rank):
+        return configurator(
+            mc,
+            server_args,
+            is_draft_worker=False,
+            pp_rank=pp_rank,
+            page_size=plan.page_size,
+            spec_aux=plan.spec_aux,
+        )
+
+    return build
 
 
-def _sized(conf, plan: RolePlan, server_args) -> Sizing:
-    with sglang_rejects("SGLang cannot size this model's pools"):
-        return size_budget(conf, plan.available_gib, server_args)
+def _sized(build, plan: RolePlan) -> Sizing:
+    """SGLang's sizing of the reported stage, each in a fresh publication of the
+    role (the sizing overrides the mamba slots it settles on). With PP, SGLang's
+    ranks agree on the smallest stage's KV tokens (an all-reduce): every stage is
+    sized first, each on its own layers, and the reported one then with that
+    answer (``sizing.stages_agree``)."""
+    agreed = None
+    if plan.pp_size > 1:
+        asked: list[int] = []
+        for stage in range(plan.pp_size):
+            with published(**plan.fields) as server_args, stages_agree(None, asked):
+                with sglang_rejects("SGLang cannot size this model's pools"):
+                    own = size_budget(build(server_args, stage), plan.available_gib, server_args)
+            if not own.fits:
+                return own
+        agreed = min(asked) if asked else None
+    with published(**plan.fields) as server_args, stages_agree(agreed, []):
+        with sglang_rejects("SGLang cannot size this model's pools"):
+            return size_budget(build(server_args), plan.available_gib, server_args)
 
 
 def _counts(conf, plan: RolePlan) -> tuple[int, int]:

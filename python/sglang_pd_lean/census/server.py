@@ -48,7 +48,14 @@ from sglang_pd_lean.census.model import (
     linear_of,
     stage_layers,
 )
-from sglang_pd_lean.census.pools import parallel, published
+from sglang_pd_lean.census.pools import configurator, published
+from sglang_pd_lean.census.rank import (
+    Widths,
+    derive,
+    not_followed,
+    parallel_layout,
+    rank_widths,
+)
 from sglang_pd_lean.census.results import (
     Capacity,
     GivenMemory,
@@ -111,15 +118,24 @@ def _sizing_name(fields: dict, hybrid: bool = True) -> str:
 class RankModel:
     """What is known of the model on one rank, built once and read by every role:
     SGLang's ``ModelConfig``, its linear-state config and cache parameters (None
-    for a model without linear-attention layers), and the pipeline stage that sets
-    the peak."""
+    for a model without linear-attention layers), the rank's parallel layout as
+    SGLang derives it, and the pipeline stage reported (the one that sets the
+    peak)."""
 
     config: Any  # SGLang's ModelConfig
     linear: Any  # SGLang's linear-state (mambaish) config, or None
-    cache_params: Any  # its mamba2_cache_params at this TP, or None
-    layers: tuple[int, int]  # [start, end) of the stage counted
-    tp: int
-    pp: int
+    cache_params: Any  # its mamba2_cache_params at this layout, or None
+    widths: Widths
+    pp_rank: int  # the stage reported
+    layers: tuple[int, int]  # [start, end) of that stage
+
+    @property
+    def tp(self) -> int:
+        return self.widths.tp_size
+
+    @property
+    def pp(self) -> int:
+        return self.widths.pp_size
 
     @property
     def ssm_dtype(self) -> str | None:
@@ -131,33 +147,39 @@ class RankModel:
     def linear_layers(self) -> list[int]:
         return [] if self.cache_params is None else list(self.cache_params.layers)
 
+    def layout(self) -> contextlib.AbstractContextManager:
+        """The rank's layout published, for SGLang's cache, sizing and pool code."""
+        return parallel_layout(self.widths, self.pp_rank)
+
 
 def rank_model(base: dict, folder: str) -> RankModel:
-    """The model in ``folder`` on rank 0 of the resolved configuration ``base``
-    (published, with its ssm dtype and TP layout, as SGLang's model runner sees
-    them)."""
+    """The model in ``folder`` on TP rank 0 of the resolved configuration ``base``
+    (published, with its ssm dtype and the parallel layout SGLang derives for it,
+    as SGLang's model runner sees them)."""
     from sglang.srt.configs.model_config import ModelConfig
 
     data = read_config_dict(config=folder)
     with published(**base) as server_args:
         with sglang_rejects("SGLang cannot load this config"):
             mc = ModelConfig.from_server_args(server_args)
+        with sglang_rejects("SGLang cannot split this launch's ranks"):
+            widths = rank_widths(server_args)
     linear = linear_of(mc, data)
-    tp, pp = base["tp_size"], base["pp_size"]
     cache_params = None
     if linear is not None:
-        check_tp_heads(linear, tp)
-        with published(**base):
-            cache_params = cache_params_of(linear, mc, tp)
-    if pp > mc.num_hidden_layers:
+        check_tp_heads(linear, widths.attn_tp_size)
+        with published(**base), parallel_layout(widths):
+            cache_params = cache_params_of(linear, mc, widths.attn_tp_size)
+    if widths.pp_size > mc.num_hidden_layers:
         raise CensusError(
-            f"--pp {pp} is more than this model's {mc.num_hidden_layers} layers"
+            f"--pp {widths.pp_size} is more than this model's "
+            f"{mc.num_hidden_layers} layers"
         )
     # The stage with the most linear-attention layers (without them: the most
     # layers) sets the peak.
     counted = list(cache_params.layers) if cache_params else range(mc.num_hidden_layers)
-    layers = stage_layers(mc.num_hidden_layers, pp, list(counted))
-    return RankModel(mc, linear, cache_params, layers, tp, pp)
+    pp_rank, layers = stage_layers(mc.num_hidden_layers, widths.pp_size, list(counted))
+    return RankModel(mc, linear, cache_params, widths, pp_rank, layers)
 
 
 @contextlib.contextmanager
@@ -251,6 +273,8 @@ def _planned(
     memory = memory_of(launch, fields, weights, aux.eagle_draft_num_layers or 0)
     plan = RolePlan(
         fields=fields,
+        pp_rank=model.pp_rank,
+        pp_size=model.pp,
         slots=fields["max_mamba_cache_size"],
         requests=fields["max_running_requests"] or 256,
         available_gib=max(memory.available_gib, 1e-9) if memory else None,
@@ -273,17 +297,19 @@ def prefill_capacity(
         argv = [*role_argv(list(done.argv), "prefill"), *flags]
         prefill = resolve(argv, done.launch.gpu)
     fields = resolved_fields(prefill.server_args)
-    with exported(prefill.environ), parallel(tp=fields["tp_size"]):
+    with exported(prefill.environ):
         model = rank_model(fields, done.folder)
-        plan, memory = _planned(model, done.launch, fields, weights)
-        sized = plugin_sizing(model.config, model.layers, plan)
+        with model.layout():
+            plan, memory = _planned(model, done.launch, fields, weights)
+            sized = plugin_sizing(model.config, plan)
     return Capacity.of(sized, memory.available_gib)
 
 
-def _named(sized: Sizing, fields: dict, hybrid: bool) -> Sizing:
+def _named(sized: Sizing, fields: dict, hybrid: bool, shards: int) -> Sizing:
     """``sized`` with how its mamba slots were set, and whether SGLang gives fewer
-    running requests than the flags ask."""
-    asked = fields["max_running_requests"]
+    running requests than the flags ask (per attention-DP shard: SGLang divides
+    the flag by ``shards``)."""
+    asked = (fields["max_running_requests"] or 0) // shards
     return dataclasses.replace(
         sized,
         mamba_sizing=_sizing_name(fields, hybrid),
@@ -307,17 +333,17 @@ def census_launch(
     with exported(done.named.environ):
         fields = {r: resolved_fields(done.resolved[r].server_args) for r in columns}
         base = resolved_fields(done.named.server_args)
-        with parallel(tp=base["tp_size"]):
-            model = rank_model(base, done.folder)
+        model = rank_model(base, done.folder)
+        with model.layout():
             weights = _weights(done, model.tp, build)
             roles, capacity, memory, warm = {}, {}, {}, {}
             for r in columns:
                 plan, memory[r] = _planned(model, done.launch, fields[r], weights)
-                pools, sizing = census_role(model.config, model.layers, plan)
+                pools, sizing = census_role(model.config, plan)
                 roles[r] = Pair(upstream=pools["upstream"], plugin=pools["plugin"])
-                capacity[r] = _named_sizing(sizing, fields[r], model.linear)
+                capacity[r] = _named_sizing(sizing, fields[r], model)
                 draft = fields[r]["speculative_num_draft_tokens"] or 1
-                warm[r] = (fields[r], roles[r].plugin.request_slots, draft)
+                warm[r] = (fields[r], roles[r], draft)
             warmup = warmup_rows(model.config, warm)
     if model.cache_params is not None:
         require_state(roles, len(model.linear_layers))
@@ -340,24 +366,35 @@ def census_launch(
 
 
 def _named_sizing(
-    sizing: RoleSizing | None, fields: dict, linear: Any
+    sizing: RoleSizing | None, fields: dict, model: RankModel
 ) -> RoleSizing | None:
     if sizing is None:
         return None
-    hybrid = linear is not None
+    hybrid, shards = model.linear is not None, model.widths.attn_dp_size
     return dataclasses.replace(
         sizing,
-        upstream=_named(sizing.upstream, fields, hybrid),
-        plugin=_named(sizing.plugin, fields, hybrid),
+        upstream=_named(sizing.upstream, fields, hybrid, shards),
+        plugin=_named(sizing.plugin, fields, hybrid, shards),
     )
 
 
 def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
     """The role the launch names, as resolved; ``memory``: its memory, sized."""
+    with published(**base) as server_args, model.layout():
+        derived = derive(model.config, server_args, model.widths, model.pp_rank)
+        said = not_followed(model.config, configurator(
+            model.config, server_args, is_draft_worker=False, pp_rank=model.pp_rank
+        ))
     return Inputs(
         tp=model.tp,
         pp=model.pp,
         pp_stage_layers=model.layers,
+        pp_rank=model.pp_rank,
+        attn_tp=model.widths.attn_tp_size,
+        attn_dp=model.widths.attn_dp_size,
+        use_mla_backend=derived.use_mla_backend,
+        kv_cache_dtype=str(derived.kv_cache_dtype).replace("torch.", ""),
+        not_followed=said,
         max_running_requests=base["max_running_requests"],
         max_mamba_cache_size=base["max_mamba_cache_size"],
         speculative_num_draft_tokens=base["speculative_num_draft_tokens"] or 0,

@@ -11,7 +11,11 @@ where SGLang would stop the server the result says so with SGLang's reason.
 
 from __future__ import annotations
 
-from sglang_pd_lean.census.inputs import failure
+import contextlib
+import types
+from collections.abc import Iterator
+
+from sglang_pd_lean.census.inputs import CensusError, failure
 from sglang_pd_lean.census.results import Sizing
 from sglang_pd_lean.shims import setting
 from sglang_pd_lean.units import GIB
@@ -56,6 +60,11 @@ def size_budget(conf, available_gib: float, server_args) -> Sizing:
             fits=False,
             reason=f"SGLang stops: {failure(exc)}",
         )
+    except Exception as exc:  # SGLang's code failed on this host: not a refusal
+        raise CensusError(
+            f"the report could not run SGLang's sizing here (the report's "
+            f"environment, not your flags): {failure(exc)}"
+        ) from exc
     return Sizing(
         fits=True,
         kv_cache_gib=kv_gib,
@@ -65,3 +74,39 @@ def size_budget(conf, available_gib: float, server_args) -> Sizing:
         max_running_requests=int(config.max_running_requests),
         mamba_state_and_verify_gib=available_gib - kv_gib,
     )
+
+
+@contextlib.contextmanager
+def stages_agree(agreed: int | None, asked: list[int]) -> Iterator[None]:
+    """One process plays every pipeline stage. SGLang's sizing all-reduces each
+    stage's KV token capacity over the world group's CPU group (MIN: the stages
+    agree on the smallest); in the block that collective records the capacity
+    it is given in ``asked`` and answers ``agreed`` where it is smaller (None: the
+    stage's own). Every other collective is torch's own. Without PP SGLang asks
+    no collective and the block changes nothing it reads."""
+    import torch.distributed as dist
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import get_parallel
+
+    stages = object()  # the stand-in world's CPU group
+    world = types.SimpleNamespace(cpu_group=stages, world_size=2, rank_in_group=0)
+    collective = dist.all_reduce
+
+    def all_reduce(tensor, *args, group=None, **kwargs):
+        if group is not stages:
+            return collective(tensor, *args, group=group, **kwargs)
+        own = int(tensor.item())
+        asked.append(own)
+        tensor.fill_(own if agreed is None else min(own, agreed))
+        return None
+
+    saved = parallel_state._WORLD
+    if saved is None:  # up to 0.5.22 SGLang asks get_world_group() for it
+        parallel_state._WORLD = world
+    dist.all_reduce = all_reduce
+    try:
+        with get_parallel().override(world_group=world):
+            yield
+    finally:
+        dist.all_reduce = collective
+        parallel_state._WORLD = saved

@@ -1,6 +1,6 @@
 """Transient warmup buffers per role: the FlashInfer-autotune dummy-decode batch.
 
-    rows = warmup_rows(mc, {"prefill": (fields, 256, 4)})
+    rows = warmup_rows(mc, {"prefill": (fields, pools, 4)})  # pools: a Pair
     rows["prefill"]["plugin"]["autotune_buffers_bytes"]
 
 Upstream's ``EagerRunner._autotune_buffers`` runs under ``FakeTensorMode`` on a model
@@ -54,15 +54,21 @@ def autotune_buffer_bytes(mc, server_args, max_bs: int, draft_tokens: int) -> in
     return sum(storages.values())
 
 
-def warmup_rows(mc, plans: dict[str, tuple[dict, int, int]]) -> dict[str, Pair]:
+def warmup_rows(mc, plans: dict[str, tuple[dict, Pair, int]]) -> dict[str, Pair]:
     """Per role: transient warmup buffers, upstream vs plugin. ``plans``: per role,
-    (ServerArgs fields, eager batch size, draft tokens per request)."""
+    (ServerArgs fields, the role's pool summaries, draft tokens per request); each
+    column's eager batch is that column's own server's request slots (SGLang's
+    eager runner sizes it by the running requests the server settled on)."""
     rows = {}
-    for role, (fields, max_bs, draft_tokens) in plans.items():
+    for role, (fields, pools, draft_tokens) in plans.items():
         with published(**fields) as server_args:
             with upstream_behaviour():
-                upstream = autotune_buffer_bytes(mc, server_args, max_bs, draft_tokens)
-            plugin = autotune_buffer_bytes(mc, server_args, max_bs, draft_tokens)
+                upstream = autotune_buffer_bytes(
+                    mc, server_args, pools.upstream.request_slots, draft_tokens
+                )
+            plugin = autotune_buffer_bytes(
+                mc, server_args, pools.plugin.request_slots, draft_tokens
+            )
         rows[role] = Pair(
             upstream=Warmup(autotune_buffers_bytes=upstream),
             plugin=Warmup(autotune_buffers_bytes=plugin),

@@ -84,17 +84,46 @@ def pieces_lines(pieces) -> list[str]:
 
 def _head(report: Report) -> list[str]:
     inputs = report.inputs
-    stage = inputs.pp_stage_layers
     strategy = inputs.mamba_radix_cache_strategy
-    return [
+    lines = [
         f"SGLang {report.sglang_version}, model {report.model}: bytes per rank",
-        f"TP {inputs.tp}, PP {inputs.pp} (layers {stage[0]}-{stage[1] - 1}), "
-        f"{inputs.speculative_num_draft_tokens} draft tokens, "
-        f"{_ssm(inputs.mamba_ssm_dtype)}, context {inputs.context_length}, "
-        f"page size {inputs.page_size}"
+        f"{_layout(inputs)}, {inputs.speculative_num_draft_tokens} draft tokens, "
+        f"{_ssm(inputs.mamba_ssm_dtype)}, "
+        f"KV {'MLA ' if inputs.use_mla_backend else ''}{inputs.kv_cache_dtype}, "
+        f"context {inputs.context_length}, page size {inputs.page_size}"
         + (f", mamba radix cache {strategy}" if strategy else ""),
-        "",
     ]
+    if inputs.pp > 1:
+        stage = inputs.pp_stage_layers
+        lines.append(
+            f"Pipeline stage {inputs.pp_rank} of {inputs.pp} shown (layers "
+            f"{stage[0]}-{stage[1] - 1}: the most linear-attention layers); every "
+            f"stage sized, KV tokens the smallest stage's, as SGLang's stages agree."
+        )
+    if inputs.attn_dp > 1:
+        lines.append(
+            f"Attention DP {inputs.attn_dp}: pools, slots and requests per shard "
+            f"(SGLang divides --max-running-requests and --max-mamba-cache-size)."
+        )
+    if inputs.not_followed:
+        lines.append(
+            "Not followed by the census (figures may differ): "
+            + "; ".join(inputs.not_followed)
+        )
+    return [*lines, ""]
+
+
+def _layout(inputs) -> str:
+    attention = (
+        f" (attention TP {inputs.attn_tp} x DP {inputs.attn_dp})"
+        if inputs.attn_dp > 1
+        else ""
+    )
+    stage = inputs.pp_stage_layers
+    return (
+        f"TP {inputs.tp}{attention}, PP {inputs.pp} "
+        f"(layers {stage[0]}-{stage[1] - 1})"
+    )
 
 
 def _ssm(dtype: str | None) -> str:
