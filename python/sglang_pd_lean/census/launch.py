@@ -228,6 +228,11 @@ class ResolvedLaunch:
     name: str
     role: str
     resolved: Mapping[str, Resolved]
+    # Other roles SGLang refuses these flags for (a unified-only flag under PD):
+    # role -> SGLang's reason, one line. The named role is never here.
+    refused: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({})
+    )
 
     @property
     def named(self) -> Resolved:
@@ -236,15 +241,30 @@ class ResolvedLaunch:
 
     def more(self, roles: tuple[str, ...]) -> ResolvedLaunch:
         """The same launch with ``roles`` resolved too (each not resolved yet,
-        once)."""
-        wanted = [r for r in ROLES if r in roles and r not in self.resolved]
+        once). A role SGLang refuses these flags for is kept in ``refused`` with
+        SGLang's reason: the role the flags name is still answered."""
+        wanted = [
+            r
+            for r in ROLES
+            if r in roles and r not in self.resolved and r not in self.refused
+        ]
         if not wanted:
             return self
-        resolved = dict(self.resolved)
+        resolved, refused = dict(self.resolved), dict(self.refused)
         for r in wanted:
-            resolved[r] = resolve(role_argv(list(self.argv), r), self.launch.gpu)
-        in_order = {r: resolved[r] for r in ROLES if r in resolved}
-        return dataclasses.replace(self, resolved=types.MappingProxyType(in_order))
+            try:
+                resolved[r] = resolve(role_argv(list(self.argv), r), self.launch.gpu)
+            except CensusError as exc:
+                refused[r] = str(exc)
+        return dataclasses.replace(
+            self,
+            resolved=types.MappingProxyType(
+                {r: resolved[r] for r in ROLES if r in resolved}
+            ),
+            refused=types.MappingProxyType(
+                {r: refused[r] for r in ROLES if r in refused}
+            ),
+        )
 
 
 def resolve_launch(launch: Launch, roles: tuple[str, ...] = ROLES) -> ResolvedLaunch:

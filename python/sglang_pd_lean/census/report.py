@@ -39,13 +39,14 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
     check(launch)
     require_sglang()
     done = resolve_launch(launch, roles=())  # the role the flags name
-    columns = tuple(r for r in ROLES if r in roles)
     with weights_build(done) as build:  # a child, beside the rest
-        done = done.more(columns)
+        done = done.more(tuple(r for r in ROLES if r in roles))
+        columns = tuple(r for r in ROLES if r in roles and r in done.resolved)
         load_sglang_plugins()
         require_seams()
         census = census_launch(done, columns, build)
     pieces = prefill_pieces(done)
+    census = dataclasses.replace(census, refused=done.refused or None)
     if not (launch.sized and "prefill" in columns):
         return dataclasses.replace(census, prefill_pieces=pieces)
     advised = advise(done, census)

@@ -265,6 +265,8 @@ class Report:
     advice: tuple[Choice, ...] | None = None
     nothing_to_spend: Mapping[str, str] | None = None
     prefill_pieces: Mapping[str, str] | None = None  # census.pieces
+    # Roles SGLang refuses the flags for (not shown): role -> SGLang's reason.
+    refused: Mapping[str, str] | None = None
     plugin_gates: Mapping[str, str]
 
 

@@ -62,6 +62,8 @@ def render_table(report: Report) -> str:
     if capacity:
         rows += _capacity_rows(capacity)
     lines += _grid([""] + [ROLE_TITLES[role] for role in roles], rows)
+    for role, reason in (report.refused or {}).items():
+        lines.append(f"{ROLE_TITLES[role]}: not shown: {reason}")
     if capacity:
         lines += ["", *_sizing_lines(report), *_capacity_notes(report)]
     if report.advice is not None:
