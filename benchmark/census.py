@@ -2,7 +2,8 @@
 census run time (median of several runs; SGLang's import timed separately).
 
     python benchmark/census.py [--runs 5] [--max-running-requests 256] [--draft-tokens 4]
-    python benchmark/census.py --smoke   # one model at TP 4, one run (test_benchmarks)
+    python benchmark/census.py --smoke   # one model at TP 4, one run (test_benchmarks;
+                                         # exit 1 where it prints an error row)
 
 Each row is ``report``'s census flags for the model, as the command runs them
 (``report_launch``, ``census.report``), read from the typed ``Report``.
@@ -15,13 +16,14 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import time
 import warnings
 
 GIB = 1 << 30
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--max-running-requests", type=int, default=256)
@@ -57,6 +59,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     models = census.bundled_models()[:1] if args.smoke else census.bundled_models()
+    errors = 0
     for model in models:
         for tp in (4,) if args.smoke else (1, 2, 4, 8):
             flags = ["report", "--model", model, "--tp", str(tp)]
@@ -70,6 +73,7 @@ def main() -> None:
                     times.append(time.perf_counter() - tic)
             except census.CensusError as exc:
                 print(f"{model:22}{tp:>4}  n/a: {exc}")
+                errors += 1
                 continue
             prefill, decode = report.roles["prefill"], report.roles["decode"]
             print(
@@ -80,6 +84,9 @@ def main() -> None:
                 f"{statistics.median(times) * 1000:>11.0f}"
             )
 
+    # A smoke run's one row is a launch the census must answer: an error row fails.
+    return 1 if args.smoke and errors else 0
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -54,9 +54,7 @@ def prefill_configurator(stack: contextlib.ExitStack, inputs):
     server_args = stack.enter_context(
         census.published(**server_fields(inputs, "prefill"))
     )
-    return census.configurator(
-        mc, server_args, is_draft_worker=False
-    )
+    return census.configurator(mc, server_args, is_draft_worker=False)
 
 
 def time_hook(inputs, runs: int) -> tuple[float, float]:

@@ -123,9 +123,7 @@ def test_draft_worker_budget_is_upstream(branch):
     for column in (upstream_behaviour(), contextlib.nullcontext()):
         fields = server_fields(inputs, "prefill", sizing=True)
         with census.parallel(tp=4), census.published(**fields) as server_args, column:
-            conf = census.configurator(
-                mc, server_args, is_draft_worker=True
-            )
+            conf = census.configurator(mc, server_args, is_draft_worker=True)
             kv_gib = conf._handle_max_mamba_cache(AVAILABLE_GIB)
             results.append(
                 (kv_gib, setting("get_schedule", "max_mamba_cache_size", server_args))
@@ -328,9 +326,7 @@ def test_budget_gate_steps_aside_where_upstream_reserves_no_verify_state(unhooke
     rests = []
     for column in (upstream_behaviour(), contextlib.nullcontext()):
         with census.parallel(tp=4), census.published(**fields) as server_args:
-            conf = census.configurator(
-                mc, server_args, is_draft_worker=False
-            )
+            conf = census.configurator(mc, server_args, is_draft_worker=False)
             with column:
                 rests.append(budget.GATE.around(unhooked(budget.GATE), conf, 100.0))
     assert rests[1] == rests[0]

@@ -305,8 +305,9 @@ def test_an_error_sglangs_sizing_does_not_expect_is_one_line_naming_the_step():
         raise TypeError("takes 1 positional argument but 2 were given")
 
     conf = types.SimpleNamespace(_handle_max_mamba_cache=changed, mambaish_config=1)
+    plan = types.SimpleNamespace(available_gib=10.0, fields={}, pp_size=1)
     with pytest.raises(census.CensusError) as raised:
-        _sized(conf, types.SimpleNamespace(available_gib=10.0), None)
+        _sized(lambda server_args: conf, plan)
     assert str(raised.value) == (
         "SGLang cannot size this model's pools: TypeError: takes 1 positional "
         "argument but 2 were given"
@@ -366,6 +367,7 @@ def test_warmup_buffers_are_sglangs_decode_buffers_at_each_roles_tokens():
         speculative_eagle_topk=1,
         speculative_num_draft_tokens=3,
     )
+
     def slots(upstream: int, plugin: int):  # each column's server's requests
         return types.SimpleNamespace(
             upstream=types.SimpleNamespace(request_slots=upstream),

@@ -34,9 +34,7 @@ def test_real_cuda_allocation_matches_the_fake_census(role, column):
         census.parallel(tp=8),
         census.published(**server_fields(inputs, role)) as sa,
     ):
-        conf = census.configurator(
-            mc, sa, is_draft_worker=False
-        )
+        conf = census.configurator(mc, sa, is_draft_worker=False)
         with step:
             counted = sum(
                 census.component_bytes(census.build_request_pool(conf, 16)).values()

@@ -23,6 +23,11 @@ CASES = [
         *("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"),
         *("--max-running-requests", "256"),
     ),
+    # A unified-only flag: the prefill column is refused (``refused``).
+    (
+        *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
+        *("--tp", "2", "--mamba-radix-cache-strategy", "extra_buffer_lazy"),
+    ),
 ]
 # Printed only where an advised choice does not fit; the same key as the
 # capacity's own reason, which the cases print.

@@ -42,9 +42,7 @@ def build(model: str, role: str, speculative: bool, is_draft_worker: bool):
     mc, linear = prepare(inputs)
     fields = server_fields(inputs, role, speculative=speculative)
     with census.parallel(tp=inputs.tp), census.published(**fields) as server_args:
-        conf = census.configurator(
-            mc, server_args, is_draft_worker=is_draft_worker
-        )
+        conf = census.configurator(mc, server_args, is_draft_worker=is_draft_worker)
         plugin = census.build_request_pool(conf, inputs.max_running_requests)
         with upstream_behaviour():
             upstream = census.build_request_pool(conf, inputs.max_running_requests)

@@ -234,9 +234,7 @@ def prefill_target(model: str):
         server_args = stack.enter_context(
             census.published(**server_fields(inputs, "prefill"))
         )
-        conf = census.configurator(
-            mc, server_args, is_draft_worker=False
-        )
+        conf = census.configurator(mc, server_args, is_draft_worker=False)
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         yield conf
 

@@ -228,9 +228,7 @@ def request_pool(role: str, **launch):
     mc, _ = prepare(inputs)
     fields = {**server_fields(inputs, role), **launch}
     with census.parallel(tp=2), census.published(**fields) as server_args:
-        conf = census.configurator(
-            mc, server_args, is_draft_worker=False
-        )
+        conf = census.configurator(mc, server_args, is_draft_worker=False)
         return census.build_request_pool(conf, inputs.max_running_requests)
 
 

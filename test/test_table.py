@@ -173,8 +173,8 @@ def test_the_head_names_release_model_layout_and_cache_strategy(main_job):
     strategy = result.resolved["prefill"].mamba_radix_cache_strategy
     # Qwen3-Next: 48 layers on the one stage, a 262,144-token context.
     assert lines[1] == (
-        "TP 4, PP 1 (layers 0-47), 4 draft tokens, ssm float32, context 262144, "
-        f"page size 1, mamba radix cache {strategy}"
+        "TP 4, PP 1 (layers 0-47), 4 draft tokens, ssm float32, KV bfloat16, "
+        f"context 262144, page size 1, mamba radix cache {strategy}"
     )
     assert lines[2] == ""
 
@@ -194,12 +194,22 @@ def test_the_head_has_no_strategy_where_sglang_resolves_none():
         context_length=4096,
         page_size=64,
         mamba_radix_cache_strategy=None,
+        attn_tp=1,
+        attn_dp=2,
+        pp_rank=0,
+        use_mla_backend=True,
+        kv_cache_dtype="float8_e4m3fn",
     )
     result = SimpleNamespace(sglang_version="0.5.16", model="m", inputs=inputs)
     assert table._head(result) == [
         "SGLang 0.5.16, model m: bytes per rank",
-        "TP 2, PP 2 (layers 0-23), 0 draft tokens, ssm bfloat16, context 4096, "
-        "page size 64",
+        "TP 2 (attention TP 1 x DP 2), PP 2 (layers 0-23), 0 draft tokens, ssm "
+        "bfloat16, KV MLA float8_e4m3fn, context 4096, page size 64",
+        "Pipeline stage 0 of 2 shown (layers 0-23: the most linear-attention "
+        "layers); every stage sized, KV tokens the smallest stage's, as SGLang's "
+        "stages agree.",
+        "Attention DP 2: pools, slots and requests per shard (SGLang divides "
+        "--max-running-requests and --max-mamba-cache-size).",
         "",
     ]
 

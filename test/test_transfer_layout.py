@@ -139,9 +139,7 @@ def built_pools(model: str, role: str):
         server_args = stack.enter_context(
             census.published(**server_fields(inputs, role))
         )
-        conf = census.configurator(
-            mc, server_args, is_draft_worker=False
-        )
+        conf = census.configurator(mc, server_args, is_draft_worker=False)
         req_pool = census.build_request_pool(conf, REQUESTS)
         stack.enter_context(
             mock.patch.object(

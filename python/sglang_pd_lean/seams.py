@@ -76,6 +76,8 @@ def _s(path: str | tuple[str, ...], part: Part, why: str, **bounds: int) -> Seam
 _KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _RC = "sglang.srt.runtime_context"
 _PS = "sglang.srt.distributed.parallel_state"
+_MR = "sglang.srt.model_executor.model_runner"
+_DPA = "sglang.srt.layers.dp_attention"
 _COMMON = "sglang.srt.utils.common"
 _SPEC = "sglang.srt.speculative"
 
@@ -270,26 +272,11 @@ SEAMS: tuple[Seam, ...] = (
         Part.REPORT,
         "the layers of a pipeline stage",
     ),
-    _s(
-        "sglang.srt.model_executor.model_runner.ModelRunner.configure_kv_cache_dtype",
-        Part.REPORT,
-        "the KV cache dtype a target derives",
-    ),
-    _s(
-        "sglang.srt.configs.model_config.AttentionArch",
-        Part.REPORT,
-        "the MLA backend a target derives",
-    ),
-    _s(
-        "sglang.srt.layers.dp_attention.compute_dp_attention_world_info",
-        Part.REPORT,
-        "attention TP and DP of rank 0",
-    ),
-    _s(
-        f"{_PS}._WORLD",
-        Part.REPORT,
-        "the world group the PP sizing's all-reduce asks for",
-    ),
+    # What a target's ModelRunner derives before sizing (census/rank.py).
+    _s(f"{_MR}.ModelRunner.configure_kv_cache_dtype", Part.REPORT, "KV cache dtype"),
+    _s("sglang.srt.configs.model_config.AttentionArch", Part.REPORT, "MLA backend"),
+    _s(f"{_DPA}.compute_dp_attention_world_info", Part.REPORT, "attention TP, DP"),
+    _s(f"{_PS}._WORLD", Part.REPORT, "the world group PP sizing all-reduces over"),
     _s(f"{_RC}.RuntimeContext.override_server_args", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),

@@ -116,13 +116,30 @@ def read_config_dict(*, model: str | None = None, config: str | None = None) -> 
     return data
 
 
+# Errors of the report's own host, not of the launch: a GPU kernel library SGLang
+# imports that a CPU machine cannot load. Said as the tool's environment, never as
+# SGLang's verdict on the flags.
+ENVIRONMENT_ERRORS = (ImportError, OSError)
+
+
+def environment_failure(exc: BaseException) -> str:
+    """One line blaming the report's environment for ``exc``."""
+    return (
+        f"the report's environment cannot run SGLang's code for this launch (a "
+        f"GPU-only import on this host, not a verdict on the flags): {failure(exc)}"
+    )
+
+
 @contextlib.contextmanager
 def sglang_rejects(what: str) -> Iterator[None]:
-    """Any error SGLang raises in the block becomes one CensusError line."""
+    """Any error SGLang raises in the block becomes one CensusError line; an error
+    of the report's own environment says so instead."""
     try:
         yield
     except CensusError:
         raise
+    except ENVIRONMENT_ERRORS as exc:
+        raise CensusError(environment_failure(exc)) from exc
     except Exception as exc:
         raise CensusError(f"{what}: {failure(exc)}") from exc
 

@@ -43,8 +43,10 @@ from sglang_pd_lean.census.gpus import (  # noqa: F401
 )
 from sglang_pd_lean.census.inputs import (
     DEFAULT_MODEL,
+    ENVIRONMENT_ERRORS,
     ROLES,
     CensusError,
+    environment_failure,
     failure,
     read_config_dict,
 )
@@ -162,6 +164,8 @@ def resolve(argv: list[str], gpu: Gpu) -> Resolved:
             lines = [line for line in err.getvalue().splitlines() if line.strip()]
             message = lines[-1] if lines else "invalid launch flags"
             raise CensusError(f"SGLang's launch_server parser: {message}") from None
+        except ENVIRONMENT_ERRORS as exc:
+            raise CensusError(environment_failure(exc)) from None
         except Exception as exc:
             raise CensusError(
                 f"SGLang rejects these launch flags: {failure(exc)}"

@@ -1,9 +1,10 @@
-"""The model as SGLang sees it: its linear-attention state config and cache
-parameters, and the pipeline stage that sets the peak (``census.server.rank_model``
-builds SGLang's ``ModelConfig`` from the resolved launch and asks these).
+"""The model on one rank as SGLang sees it: its ``ModelConfig``, linear-attention
+state config and cache parameters, the rank's parallel layout and the pipeline
+stage that sets the peak, built once per report (``rank_model``).
 
-    linear = linear_of(mc, data)  # SGLang's own linear-state (mambaish) config
-    pp_rank, layers = stage_layers(mc.num_hidden_layers, pp, list(cache_params.layers))
+    model = rank_model(fields, folder)  # a RankModel
+    with model.layout():  # the rank's layout published for SGLang's code
+        model.cache_params, model.layers
 
 SGLang reads a model folder; the census writes the config.json it was given into a
 temporary folder (one per distinct config, removed at exit).
@@ -12,13 +13,22 @@ temporary folder (one per distinct config, removed at exit).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
 from typing import Any
 
-from sglang_pd_lean.census.inputs import CensusError, linear_hints, sglang_rejects
+from sglang_pd_lean.census.inputs import (
+    CensusError,
+    linear_hints,
+    read_config_dict,
+    sglang_rejects,
+)
+from sglang_pd_lean.census.pools import published
+from sglang_pd_lean.census.rank import Widths, parallel_layout, rank_widths
 
 _model_folders: dict[str, str] = {}
 
@@ -112,3 +122,71 @@ def stage_layers(
         key=lambda r: sum(stages[r][0] <= i < stages[r][1] for i in linear_layers),
     )
     return rank, tuple(stages[rank])
+
+
+@dataclasses.dataclass(frozen=True)
+class RankModel:
+    """What is known of the model on one rank, built once and read by every role:
+    SGLang's ``ModelConfig``, its linear-state config and cache parameters (None
+    for a model without linear-attention layers), the rank's parallel layout as
+    SGLang derives it, and the pipeline stage reported (the one that sets the
+    peak)."""
+
+    config: Any  # SGLang's ModelConfig
+    linear: Any  # SGLang's linear-state (mambaish) config, or None
+    cache_params: Any  # its mamba2_cache_params at this layout, or None
+    widths: Widths
+    pp_rank: int  # the stage reported
+    layers: tuple[int, int]  # [start, end) of that stage
+
+    @property
+    def tp(self) -> int:
+        return self.widths.tp_size
+
+    @property
+    def pp(self) -> int:
+        return self.widths.pp_size
+
+    @property
+    def ssm_dtype(self) -> str | None:
+        if self.cache_params is None:
+            return None
+        return str(self.cache_params.dtype.temporal).replace("torch.", "")
+
+    @property
+    def linear_layers(self) -> list[int]:
+        return [] if self.cache_params is None else list(self.cache_params.layers)
+
+    def layout(self) -> contextlib.AbstractContextManager:
+        """The rank's layout published, for SGLang's cache, sizing and pool code."""
+        return parallel_layout(self.widths, self.pp_rank)
+
+
+def rank_model(base: dict, folder: str) -> RankModel:
+    """The model in ``folder`` on TP rank 0 of the resolved configuration ``base``
+    (published, with its ssm dtype and the parallel layout SGLang derives for it,
+    as SGLang's model runner sees them)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    data = read_config_dict(config=folder)
+    with published(**base) as server_args:
+        with sglang_rejects("SGLang cannot load this config"):
+            mc = ModelConfig.from_server_args(server_args)
+        with sglang_rejects("SGLang cannot split this launch's ranks"):
+            widths = rank_widths(server_args)
+    linear = linear_of(mc, data)
+    cache_params = None
+    if linear is not None:
+        check_tp_heads(linear, widths.attn_tp_size)
+        with published(**base), parallel_layout(widths):
+            cache_params = cache_params_of(linear, mc, widths.attn_tp_size)
+    if widths.pp_size > mc.num_hidden_layers:
+        raise CensusError(
+            f"--pp {widths.pp_size} is more than this model's "
+            f"{mc.num_hidden_layers} layers"
+        )
+    # The stage with the most linear-attention layers (without them: the most
+    # layers) sets the peak.
+    counted = list(cache_params.layers) if cache_params else range(mc.num_hidden_layers)
+    pp_rank, layers = stage_layers(mc.num_hidden_layers, widths.pp_size, list(counted))
+    return RankModel(mc, linear, cache_params, widths, pp_rank, layers)

@@ -44,7 +44,9 @@ def parallel(*, tp: int) -> Iterator[None]:
     the layout SGLang derives for the launch (``rank.parallel_layout``)."""
     from sglang_pd_lean.census.rank import Widths, parallel_layout
 
-    widths = Widths(tp_size=tp, attn_tp_size=tp, attn_dp_size=1, attn_cp_size=1, pp_size=1)
+    widths = Widths(
+        tp_size=tp, attn_tp_size=tp, attn_dp_size=1, attn_cp_size=1, pp_size=1
+    )
     with parallel_layout(widths):
         yield
 

@@ -23,6 +23,7 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from sglang_pd_lean.census.inputs import sglang_rejects
 from sglang_pd_lean.shims import attention_split, resolved_value
 
 # Each configurator field the census sets -> where its value comes from.
@@ -177,8 +178,9 @@ def derive(mc, server_args, widths: Widths, pp_rank: int = 0) -> Derived:
     published)."""
     from sglang.srt.distributed.utils import get_pp_indices
 
-    dtype, dtype_str = kv_cache_dtype(mc, server_args)
-    start, end = get_pp_indices(mc.num_hidden_layers, pp_rank, widths.pp_size)
+    with sglang_rejects("SGLang's model runner cannot derive this launch's KV cache"):
+        dtype, dtype_str = kv_cache_dtype(mc, server_args)
+        start, end = get_pp_indices(mc.num_hidden_layers, pp_rank, widths.pp_size)
     return Derived(
         use_mla_backend=use_mla_backend(mc),
         kv_cache_dtype=dtype,
@@ -245,11 +247,12 @@ def not_followed(mc, conf) -> tuple[str, ...]:
     from sglang.srt.model_executor import pool_configurator
 
     said = []
-    chosen = type(pool_configurator.create_memory_pool_configurator(conf)).__name__
-    if chosen != "DefaultPoolConfigurator":
-        said.append(f"SGLang sizes this model's KV with {chosen}, not followed")
-    if getattr(mc, "is_hybrid_swa", False) or getattr(
-        mc, "sliding_window_size", None
-    ):
+    with sglang_rejects("SGLang cannot pick this model's KV sizing"):
+        chosen = type(pool_configurator.create_memory_pool_configurator(conf))
+    if chosen.__name__ != "DefaultPoolConfigurator":
+        said.append(
+            f"SGLang sizes this model's KV with {chosen.__name__}, not followed"
+        )
+    if getattr(mc, "is_hybrid_swa", False) or getattr(mc, "sliding_window_size", None):
         said.append("sliding-window attention layers (sizes not followed)")
     return tuple(said)

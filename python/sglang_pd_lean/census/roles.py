@@ -39,9 +39,7 @@ class RolePlan:
     pp_size: int = 1
 
 
-def census_role(
-    mc, plan: RolePlan
-) -> tuple[dict[str, PoolSummary], RoleSizing | None]:
+def census_role(mc, plan: RolePlan) -> tuple[dict[str, PoolSummary], RoleSizing | None]:
     """One role, upstream and plugin: (pool summaries, the sizing or None).
     With ``available_gib`` the pool is built with the slot and request counts
     SGLang's sizing settled on (what the server allocates), else with the plan's."""
@@ -115,7 +113,9 @@ def _sized(build, plan: RolePlan) -> Sizing:
         for stage in range(plan.pp_size):
             with published(**plan.fields) as server_args, stages_agree(None, asked):
                 with sglang_rejects("SGLang cannot size this model's pools"):
-                    own = size_budget(build(server_args, stage), plan.available_gib, server_args)
+                    own = size_budget(
+                        build(server_args, stage), plan.available_gib, server_args
+                    )
             if not own.fits:
                 return own
         agreed = min(asked) if asked else None

@@ -19,12 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
 
 from sglang_pd_lean.census.flags import role_argv
 from sglang_pd_lean.census.inputs import (
     CensusError,
-    read_config_dict,
     sglang_rejects,
 )
 from sglang_pd_lean.census.launch import (
@@ -42,20 +40,9 @@ from sglang_pd_lean.census.memory import (
     available_gib,
     weights_per_rank,
 )
-from sglang_pd_lean.census.model import (
-    cache_params_of,
-    check_tp_heads,
-    linear_of,
-    stage_layers,
-)
+from sglang_pd_lean.census.model import RankModel, rank_model
 from sglang_pd_lean.census.pools import configurator, published
-from sglang_pd_lean.census.rank import (
-    Widths,
-    derive,
-    not_followed,
-    parallel_layout,
-    rank_widths,
-)
+from sglang_pd_lean.census.rank import derive, not_followed
 from sglang_pd_lean.census.results import (
     Capacity,
     GivenMemory,
@@ -112,74 +99,6 @@ def _sizing_name(fields: dict, hybrid: bool = True) -> str:
     if fields.get("disable_radix_cache"):
         return "from running requests (radix cache off)"
     return "automatic (ratio of the budget)"
-
-
-@dataclasses.dataclass(frozen=True)
-class RankModel:
-    """What is known of the model on one rank, built once and read by every role:
-    SGLang's ``ModelConfig``, its linear-state config and cache parameters (None
-    for a model without linear-attention layers), the rank's parallel layout as
-    SGLang derives it, and the pipeline stage reported (the one that sets the
-    peak)."""
-
-    config: Any  # SGLang's ModelConfig
-    linear: Any  # SGLang's linear-state (mambaish) config, or None
-    cache_params: Any  # its mamba2_cache_params at this layout, or None
-    widths: Widths
-    pp_rank: int  # the stage reported
-    layers: tuple[int, int]  # [start, end) of that stage
-
-    @property
-    def tp(self) -> int:
-        return self.widths.tp_size
-
-    @property
-    def pp(self) -> int:
-        return self.widths.pp_size
-
-    @property
-    def ssm_dtype(self) -> str | None:
-        if self.cache_params is None:
-            return None
-        return str(self.cache_params.dtype.temporal).replace("torch.", "")
-
-    @property
-    def linear_layers(self) -> list[int]:
-        return [] if self.cache_params is None else list(self.cache_params.layers)
-
-    def layout(self) -> contextlib.AbstractContextManager:
-        """The rank's layout published, for SGLang's cache, sizing and pool code."""
-        return parallel_layout(self.widths, self.pp_rank)
-
-
-def rank_model(base: dict, folder: str) -> RankModel:
-    """The model in ``folder`` on TP rank 0 of the resolved configuration ``base``
-    (published, with its ssm dtype and the parallel layout SGLang derives for it,
-    as SGLang's model runner sees them)."""
-    from sglang.srt.configs.model_config import ModelConfig
-
-    data = read_config_dict(config=folder)
-    with published(**base) as server_args:
-        with sglang_rejects("SGLang cannot load this config"):
-            mc = ModelConfig.from_server_args(server_args)
-        with sglang_rejects("SGLang cannot split this launch's ranks"):
-            widths = rank_widths(server_args)
-    linear = linear_of(mc, data)
-    cache_params = None
-    if linear is not None:
-        check_tp_heads(linear, widths.attn_tp_size)
-        with published(**base), parallel_layout(widths):
-            cache_params = cache_params_of(linear, mc, widths.attn_tp_size)
-    if widths.pp_size > mc.num_hidden_layers:
-        raise CensusError(
-            f"--pp {widths.pp_size} is more than this model's "
-            f"{mc.num_hidden_layers} layers"
-        )
-    # The stage with the most linear-attention layers (without them: the most
-    # layers) sets the peak.
-    counted = list(cache_params.layers) if cache_params else range(mc.num_hidden_layers)
-    pp_rank, layers = stage_layers(mc.num_hidden_layers, widths.pp_size, list(counted))
-    return RankModel(mc, linear, cache_params, widths, pp_rank, layers)
 
 
 @contextlib.contextmanager
@@ -382,9 +301,12 @@ def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
     """The role the launch names, as resolved; ``memory``: its memory, sized."""
     with published(**base) as server_args, model.layout():
         derived = derive(model.config, server_args, model.widths, model.pp_rank)
-        said = not_followed(model.config, configurator(
-            model.config, server_args, is_draft_worker=False, pp_rank=model.pp_rank
-        ))
+        said = not_followed(
+            model.config,
+            configurator(
+                model.config, server_args, is_draft_worker=False, pp_rank=model.pp_rank
+            ),
+        )
     return Inputs(
         tp=model.tp,
         pp=model.pp,
