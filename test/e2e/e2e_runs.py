@@ -25,6 +25,7 @@ import sys
 import pytest
 from e2e_algos import ALGO_RUNS, NOT_OUR_PLUGIN, algo_args
 from e2e_ledger_runs import LEDGER_RUNS
+from e2e_shapes import SHAPE_RUNS, shape_args
 from harness import (
     COMMON_ARGS,
     PD_TRANSFER_ARGS,
@@ -91,6 +92,12 @@ PROBE_LINE = (
     r"is_draft_worker=False"
 )
 
+# A model without linear-attention layers: its KV budget in bytes (the probe).
+KV_BUDGET_LINE = (
+    r"\[e2e-probe\] config_from_budget budget_bytes=(?P<bytes>\d+) "
+    r"is_draft_worker=False"
+)
+
 WEIGHTS_LINE = (
     r"\[e2e-probe\] load_model parameter_bytes=(?P<bytes>\d+) "
     r"is_draft_worker=(?P<draft>True|False)"
@@ -144,7 +151,10 @@ class Run:
         return found[0]
 
     def budget_gib(self) -> float:
-        """``total_rest_memory`` the target's sizing received (logged by the probe)."""
+        """``total_rest_memory`` the target's sizing received (logged by the probe);
+        for a model without linear-attention layers, its KV budget."""
+        if not self.lines(PROBE_LINE) and self.lines(KV_BUDGET_LINE):
+            return int(self.one(KV_BUDGET_LINE)["bytes"]) / GIB
         return float(self.one(PROBE_LINE)["gib"])
 
     def parameter_bytes(self, *, draft: bool = False) -> int:
@@ -211,6 +221,9 @@ class Runs:
     def server(self, name: str, device: str, added: tuple[str, ...] = ()) -> Server:
         """A not yet started ``Server`` for the run ``name`` of ``RUNS`` (or of
         ``e2e_algos.ALGO_RUNS``: another speculative algorithm)."""
+        if name in SHAPE_RUNS:
+            folder, args = shape_args(name, self.workdir)
+            return Server(folder, [*args, *added], device=device, workdir=self.workdir)
         if name in ALGO_RUNS:
             args, env = algo_args(name, self.workdir)
             return Server(

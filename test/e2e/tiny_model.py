@@ -59,6 +59,102 @@ CONFIG = {
 }
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]
 
+_TINY = {
+    "torch_dtype": "bfloat16",
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "moe_intermediate_size": 64,
+    "max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "use_cache": True,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+# Other families, the same size (``write_model(folder, kind)``).
+MODEL_CONFIGS = {
+    "qwen3-next": CONFIG,
+    # DeepSeek V3's MLA (a latent KV of kv_lora_rank + qk_rope_head_dim per layer
+    # and token) with one MTP layer: 2 layers, the first dense.
+    "deepseek-v3": {
+        **_TINY,
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 2,
+        "num_nextn_predict_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "kv_lora_rank": 64,
+        "q_lora_rank": 96,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16,
+        "v_head_dim": 32,
+        "n_routed_experts": 4,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "attention_bias": False,
+        # SGLang's CPU rotary embedding for MLA needs DeepSeek's YaRN scaling.
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 40,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
+    },
+    # Kimi Linear: KDA linear attention with MLA full-attention layers (layers
+    # 1-3 KDA, layer 4 MLA, 1-based as its config counts them).
+    "kimi-linear": {
+        **_TINY,
+        "architectures": ["KimiLinearForCausalLM"],
+        "model_type": "kimi_linear",
+        "num_hidden_layers": 4,
+        "num_nextn_predict_layers": 0,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "head_dim": 32,
+        "kv_lora_rank": 64,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16,
+        "v_head_dim": 32,
+        "mla_use_nope": True,
+        "linear_attn_config": {
+            "full_attn_layers": [4],
+            "kda_layers": [1, 2, 3],
+            "head_dim": 32,
+            "num_heads": 4,
+            "short_conv_kernel_size": 4,
+        },
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "moe_renormalize": True,
+        "moe_router_activation_func": "sigmoid",
+        "num_expert_group": 1,
+        "num_experts": 4,
+        "num_experts_per_token": 2,
+        "num_shared_experts": 1,
+        "topk_group": 1,
+        "use_grouped_topk": True,
+        "routed_scaling_factor": 2.446,
+        "model_max_length": 4096,
+    },
+}
+
 
 _DRAFT_COMMON = {
     "torch_dtype": "bfloat16",
@@ -99,9 +195,10 @@ DRAFT_CONFIGS = {
 }
 
 
-def write_model(folder: str) -> str:
-    """Write config.json and a word-level tokenizer into ``folder``; return it."""
-    return _write(folder, CONFIG)
+def write_model(folder: str, kind: str = "qwen3-next") -> str:
+    """Write the tiny model ``kind`` of ``MODEL_CONFIGS`` (config.json and a
+    word-level tokenizer) into ``folder``; return it."""
+    return _write(folder, MODEL_CONFIGS[kind])
 
 
 def write_draft(folder: str, kind: str) -> str:

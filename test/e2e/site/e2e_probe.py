@@ -9,6 +9,10 @@ so it differs from one server to the next. The probe logs it (``repr``, exact) s
 test can give ``sglang-pd-lean report --available-gib`` the very budget a server
 sized with, with the plugin on or off, on any role. It changes nothing.
 
+A model without linear-attention layers never reaches that function: its KV budget
+(bytes) is the argument of ``KVCacheConfigurator.config_from_budget``, which the
+probe logs for such a target (the same figure ``report --available-gib`` names).
+
 After ``ModelRunner.load_model`` (``sglang/srt/model_executor/model_runner.py``) the
 second probe logs the bytes of the worker's model parameters as loaded (``numel x
 element_size`` over ``model.parameters()``, each storage once), for the target and
@@ -38,6 +42,21 @@ def _log_budget(original):
     return handle_max_mamba_cache
 
 
+def _log_kv_budget(original):
+    @functools.wraps(original)
+    def config_from_budget(configurator, budget_bytes, *args, **kwargs):
+        if configurator.mambaish_config is None and not configurator.is_draft_worker:
+            print(
+                f"{PREFIX} config_from_budget budget_bytes={budget_bytes!r} "
+                f"is_draft_worker=False",
+                file=sys.stderr,
+                flush=True,
+            )
+        return original(configurator, budget_bytes, *args, **kwargs)
+
+    return config_from_budget
+
+
 def _log_weights(original):
     @functools.wraps(original)
     def load_model(runner, *args, **kwargs):
@@ -65,5 +84,6 @@ PATCHES = {
     ],
     "sglang.srt.mem_cache.kv_cache_configurator": [
         ("KVCacheConfigurator", "_handle_max_mamba_cache", _log_budget),
+        ("KVCacheConfigurator", "config_from_budget", _log_kv_budget),
     ],
 }

@@ -17,9 +17,10 @@ that need one. None of them does work the start-up depends on:
    changes. Stand-in: that one call does nothing during the method; the rest (the
    tiling config the pool keeps) runs as upstream wrote it.
 3. ``torch.cuda.synchronize()`` in ``Qwen3NextForCausalLM.set_embed_and_head``
-   (``sglang/srt/models/qwen3_next.py``, the MTP draft taking the target's embedding
-   and head): waits for GPU work, of which a CPU process has none. Stand-in: a no-op
-   during that method.
+   (``sglang/srt/models/qwen3_next.py``) and ``DeepseekV2ForCausalLM.set_embed_and_head``
+   (``sglang/srt/models/deepseek_v2.py``), the MTP draft taking the target's
+   embedding and head: waits for GPU work, of which a CPU process has none.
+   Stand-in: a no-op during that method.
 4. ``device=torch.get_device_module().current_device()`` in
    ``Qwen3GatedDeltaNet.__init__`` (``sglang/srt/models/qwen3_next.py``, the gated
    RMSNorm of each GDN layer): torch's CUDA build names CUDA as the accelerator even
@@ -49,6 +50,12 @@ that need one. None of them does work the start-up depends on:
    ``sgl_kernel`` is not installed): an empty ``sgl_kernel`` package and a
    ``sgl_kernel.speculative`` whose ``reconstruct_indices_from_tree_mask`` raises if
    called; every other ``from sgl_kernel import ...`` still fails as without it.
+7. ``torch.cuda.Stream()`` behind ``get_stream("alt")`` in
+   ``KimiLinearModel.__init__`` (``sglang/srt/models/kimi_linear.py``): the side
+   stream the model overlaps work on in a forward pass, which these servers never
+   run; torch's CUDA build fails to create one without a driver. Stand-in: during
+   that method, ``torch.cuda.Stream`` is ``torch.cpu.Stream`` (as the report's
+   weights build does on a host without CUDA); a stream holds no memory.
 """
 
 from __future__ import annotations
@@ -138,6 +145,14 @@ def _cpu_device_module(original):
     )
 
 
+def _cpu_streams(original):
+    import torch
+
+    return _while_replaced(
+        original, torch.cuda, "Stream", lambda stream: torch.cpu.Stream
+    )
+
+
 STANDIN_PREFIX = "[e2e-standin]"
 
 
@@ -176,6 +191,12 @@ PATCHES = {
     MEMORY_POOL: [
         ("MHATokenToKVPool", "_init_kv_copy_and_warmup", _no_kv_copy_warmup_launch),
         ("MambaPool", "__init__", _cuda_zeros_on_cpu),
+    ],
+    "sglang.srt.models.deepseek_v2": [
+        ("DeepseekV2ForCausalLM", "set_embed_and_head", _no_cuda_synchronize),
+    ],
+    "sglang.srt.models.kimi_linear": [
+        ("KimiLinearModel", "__init__", _cpu_streams),
     ],
     "sglang.srt.models.qwen3_next": [
         ("Qwen3NextForCausalLM", "set_embed_and_head", _no_cuda_synchronize),
