@@ -285,3 +285,21 @@ def table_row(out: str, label: str) -> list[str]:
 
     (line,) = [x for x in out.splitlines() if re.match(re.escape(label) + r"(  |$)", x)]
     return re.split(r"\s{2,}", line[len(label) :].strip()) if line != label else []
+
+
+def sglang_refuses_lazy_under_pd() -> bool:
+    """Whether the installed SGLang refuses ``--mamba-radix-cache-strategy
+    extra_buffer_lazy`` on a PD prefill server (0.5.17+ do; 0.5.16 accepts it):
+    asked of SGLang's own resolution."""
+    from sglang_pd_lean import census
+    from sglang_pd_lean.census.launch import resolve
+    from sglang_pd_lean.census.model import model_folder
+
+    folder = model_folder(census.read_config_dict(model="qwen3-next-80b-a3b"))
+    argv = ["--model-path", folder, "--tp", "2", "--disaggregation-mode", "prefill"]
+    argv += ["--mamba-radix-cache-strategy", "extra_buffer_lazy"]
+    try:
+        resolve(argv, census.gpu_facts("h200"))
+    except census.CensusError:
+        return True
+    return False

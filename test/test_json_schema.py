@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import json
 
-from helpers import assert_documented, doc_text, documented_keys, sglang_minor
+from helpers import (
+    assert_documented,
+    doc_text,
+    documented_keys,
+    sglang_minor,
+    sglang_refuses_lazy_under_pd,
+)
 
 from sglang_pd_lean import cli
 from sglang_pd_lean.cli.commands import SCHEMA_VERSION
@@ -35,12 +41,15 @@ RARE = {"advice[].capacity.reason"}
 
 
 def unprinted(documented: set[str]) -> set[str]:
-    """What no case prints: the rare key, and from SGLang 0.5.22 every advice key,
-    since that SGLang sizes a prefill target natively and nothing is left to spend
-    (test_advice.py checks that the advice is empty there)."""
+    """What no case prints: the rare key, ``refused`` where SGLang refuses no role
+    the unified-only case (0.5.16 accepts extra_buffer_lazy under PD), and from
+    SGLang 0.5.22 every advice key, since that SGLang sizes a prefill target
+    natively and nothing is left to spend (test_advice.py checks that the advice is
+    empty there)."""
+    rare = set(RARE) if sglang_refuses_lazy_under_pd() else {*RARE, "refused{}"}
     if sglang_minor() < 22:
-        return RARE
-    return {key for key in documented if key.startswith("advice[].")}
+        return rare
+    return rare - RARE | {key for key in documented if key.startswith("advice[].")}
 
 
 def report_json(capsys, flags: tuple[str, ...]) -> dict:

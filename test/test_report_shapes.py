@@ -11,7 +11,7 @@ import json
 
 import pytest
 from formulas import BF16, gdn_dims, load_config
-from helpers import NEXTN, census_of
+from helpers import NEXTN, census_of, sglang_refuses_lazy_under_pd
 
 from sglang_pd_lean.census import rank
 
@@ -205,10 +205,8 @@ def test_a_pipeline_parallel_launch_sizes_every_column_on_the_smallest_stage(pp)
 
 
 def test_a_unified_launch_with_a_flag_pd_refuses_is_answered_for_its_own_role():
-    from sglang_pd_lean import census
-
-    if "extra_buffer_lazy" not in census.MAMBA_RADIX_CACHE_STRATEGIES:
-        pytest.skip("this SGLang has no extra_buffer_lazy strategy")
+    if not sglang_refuses_lazy_under_pd():
+        pytest.skip("this SGLang accepts extra_buffer_lazy on a PD prefill server")
     result = census_of(
         *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
         *("--tp", "2", "--mamba-radix-cache-strategy", "extra_buffer_lazy"),

@@ -33,9 +33,7 @@ def test_a_marker_used_only_as_a_parameter_or_local_name_is_a_used_name():
 
 
 def test_a_marker_only_in_a_comment_or_a_string_is_not_a_used_name():
-    assert "is_prefill_only_server" not in code_names(
-        _in_a_comment_or_string.__code__
-    )
+    assert "is_prefill_only_server" not in code_names(_in_a_comment_or_string.__code__)
 
 
 def test_a_tuple_of_string_constants_gives_each_string():
