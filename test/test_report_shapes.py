@@ -237,3 +237,31 @@ def test_every_test_the_proof_matrix_names_exists():
                 with open(os.path.join(folder, name)) as f:
                     known |= set(re.findall(r"def (test_\w+)", f.read()))
     assert named and named <= known, sorted(named - known)
+
+
+def test_a_gpu_only_import_is_said_as_the_reports_environment(tmp_path):
+    """DSPARK's worker imports sgl-kernel's compiled ops while SGLang resolves the
+    launch (with a draft SGLang reads past its checks); on a host without them the
+    report says its own environment failed, never that SGLang rejects the flags.
+    With them installed, the report is made or SGLang's own verdict is said."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_pd_lean import census
+
+    if "DSPARK" not in SpeculativeAlgorithm.__members__:
+        pytest.skip("this SGLang has no DSPARK")
+    (tmp_path / "config.json").write_text(json.dumps(DEEPSEEK_V3))
+    try:
+        census_of(
+            *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
+            *("--tp", "4", "--disaggregation-mode", "prefill"),
+            *("--speculative-algorithm", "DSPARK"),
+            *("--speculative-draft-model-path", str(tmp_path)),
+        )
+    except census.CensusError as exc:
+        said = str(exc)
+        if "sgl_kernel" in said or "ImportError" in said:
+            assert said.startswith("the report's environment cannot run SGLang's")
+            assert "not a verdict on the flags" in said
+        assert not said.startswith("SGLang rejects these launch flags: ImportError")
+        assert "ModuleNotFoundError" not in said or "environment" in said
