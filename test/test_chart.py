@@ -182,7 +182,9 @@ def test_capacity_axes_with_nothing_that_fits_keep_a_unit_scale():
 
     unfit = Sizing(fits=False, reason="no GPU memory for the KV cache")
     fig, ax = plt.subplots()
-    capacity_bars(ax, {"decode": RoleSizing(unfit, unfit, None)}, [])
+    capacity_bars(
+        ax, {"decode": RoleSizing(upstream=unfit, plugin=unfit, change=None)}, []
+    )
     assert ax.get_ylim()[1] == 1.0
     assert [b.get_height() for b in ax.patches] == [0.0, 0.0]
     plt.close(fig)

@@ -630,7 +630,9 @@ def test_a_budget_record_without_a_side_gives_no_figure_for_it():
     rank = fleet.Rank(
         0, fleet.PluginState.ACTIVE, Record.read({"budget": budget}), None, None
     )
-    figures = fleet.judge._budget_figures(rank, RoleSizing(unfit, fits, None))
+    figures = fleet.judge._budget_figures(
+        rank, RoleSizing(upstream=unfit, plugin=fits, change=None)
+    )
     assert [(f.name, f.predicted, f.measured) for f in figures] == [
         ("budget gate: plugin mamba slots", 4, 4),
         ("budget gate: plugin KV tokens", 10, None),
@@ -638,7 +640,7 @@ def test_a_budget_record_without_a_side_gives_no_figure_for_it():
     empty = Record.read({"budget": {"upstream": {}}})
     figures = fleet.judge._budget_figures(
         fleet.Rank(0, fleet.PluginState.ACTIVE, empty, 0, 0),
-        RoleSizing(unfit, fits, None),
+        RoleSizing(upstream=unfit, plugin=fits, change=None),
     )
     assert [(f.predicted, f.agrees) for f in figures] == [(None, None), (None, None)]
     assert fleet.judge._int(Sizing(fits=True, kv_tokens=12.0), "kv_tokens") == 12
@@ -778,7 +780,13 @@ def test_the_bytes_freed_are_per_component_what_upstream_holds_more():
     from sglang_pd_lean.cli import check as fleet
 
     def pool(**components):
-        return PoolSummary(components, 0, sum(components.values()), 1, 1)
+        return PoolSummary(
+            components=components,
+            verify_only_bytes=0,
+            total_bytes=sum(components.values()),
+            mamba_slots=1,
+            request_slots=1,
+        )
 
     upstream = pool(ssm=10, conv=4, verify=7, map=9, flag=1)
     plugin = pool(ssm=10, conv=5, map=3)
@@ -826,7 +834,13 @@ def test_a_component_on_one_side_only_is_compared_with_zero_on_the_other():
     from sglang_pd_lean.cli import check as fleet
 
     def pool(**components):
-        return PoolSummary(components, 0, sum(components.values()), 1, 1)
+        return PoolSummary(
+            components=components,
+            verify_only_bytes=0,
+            total_bytes=sum(components.values()),
+            mamba_slots=1,
+            request_slots=1,
+        )
 
     info = {
         "version": "0.5.17",
@@ -837,7 +851,7 @@ def test_a_component_on_one_side_only_is_compared_with_zero_on_the_other():
     sized = Sizing(fits=True, kv_tokens=10, mamba_slots=2)
     result = SimpleNamespace(
         roles={"decode": Pair(upstream=pool(a=5, c=3), plugin=pool())},
-        capacity={"decode": RoleSizing(sized, sized, None)},
+        capacity={"decode": RoleSizing(upstream=sized, plugin=sized, change=None)},
     )
     figures = fleet.compare(server, result).figures
     assert [(f.name, f.predicted, f.measured) for f in figures[:4]] == [

@@ -265,3 +265,23 @@ def test_a_gpu_only_import_is_said_as_the_reports_environment(tmp_path):
             assert "not a verdict on the flags" in said
         assert not said.startswith("SGLang rejects these launch flags: ImportError")
         assert "ModuleNotFoundError" not in said or "environment" in said
+
+
+def test_an_unsized_attention_dp_launch_builds_one_shards_pool():
+    """With no memory named (``Launch(sized=False)``), each pool is built at the
+    flags' own counts, of one attention-DP shard: SGLang divides
+    --max-running-requests and --max-mamba-cache-size by the shards."""
+    from sglang_pd_lean import census
+
+    launch = census.Launch(
+        argv=(
+            *("--tp", "4", "--dp", "2", "--enable-dp-attention"),
+            *("--max-running-requests", "64", "--max-mamba-cache-size", "300"),
+            *("--disaggregation-mode", "prefill"),
+        ),
+        gpu=census.gpu_facts("h200"),
+        model="qwen3-next-80b-a3b",
+        sized=False,
+    )
+    pool = census.report(launch).roles["prefill"].upstream
+    assert (pool.request_slots, pool.mamba_slots) == (64 // 2, 300 // 2)

@@ -468,10 +468,15 @@ def test_an_advised_choice_that_does_not_fit_is_a_row_and_says_why():
     stop = Capacity(fits=False, available_gib=2.0, reason="SGLang stops: too few")
     result = SimpleNamespace(
         advice=(
-            Choice("kv", "more KV", ("--a", "1"), room),
-            Choice("requests", "more requests", ("--b", "2"), stop),
+            Choice(choice="kv", title="more KV", flags=("--a", "1"), capacity=room),
+            Choice(
+                choice="requests",
+                title="more requests",
+                flags=("--b", "2"),
+                capacity=stop,
+            ),
         ),
-        capacity={"prefill": RoleSizing(sized, sized, None)},
+        capacity={"prefill": RoleSizing(upstream=sized, plugin=sized, change=None)},
         nothing_to_spend={},
     )
     lines = advice_lines(result)
@@ -492,7 +497,9 @@ def test_each_capped_column_gives_its_own_request_count():
         return Sizing(fits=True, max_running_requests=requests, requests_capped=True)
 
     result = SimpleNamespace(
-        capacity={"prefill": RoleSizing(capped(5), capped(9), None)},
+        capacity={
+            "prefill": RoleSizing(upstream=capped(5), plugin=capped(9), change=None)
+        },
         resolved={"prefill": SimpleNamespace(max_running_requests=1200)},
     )
     title = ROLE_TITLES["prefill"]

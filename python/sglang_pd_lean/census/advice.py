@@ -177,7 +177,12 @@ def advise(done: ResolvedLaunch, census) -> Advice:
         choices += [("kv", kv), ("requests", requests)]
     choices.append(("automatic", ()))
     advice = tuple(
-        Choice(key, CHOICES[key], tuple(flags), road.capacity(flags))
+        Choice(
+            choice=key,
+            title=CHOICES[key],
+            flags=tuple(flags),
+            capacity=road.capacity(flags),
+        )
         for key, flags in choices
         if flags is not None
     )

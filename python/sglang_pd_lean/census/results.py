@@ -21,7 +21,7 @@ from typing import Any
 from sglang_pd_lean.census.gpus import Gpu
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PoolSummary:
     """One role column's request pool as SGLang's constructors allocate it."""
 
@@ -32,7 +32,7 @@ class PoolSummary:
     request_slots: int
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Sizing:
     """SGLang's start-up sizing of one role column (``census.sizing``): where it
     fits, the KV cache, tokens, mamba slots and running requests; where SGLang
@@ -50,7 +50,7 @@ class Sizing:
     requests_capped: bool | None = None  # fewer requests than the flags asked
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Change:
     """What the plugin changes in one role's sizing (plugin minus upstream)."""
 
@@ -72,7 +72,7 @@ class Change:
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RoleSizing:
     """One role's sizing, both columns, and the plugin's change."""
 
@@ -84,7 +84,7 @@ class RoleSizing:
         return self.upstream if name == "upstream" else self.plugin
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class WeightsBuild:
     """The weights build's answer (``census.weights.Build``): parameter bytes of
     rank 0, target and draft, and the classes SGLang built; or why none."""
@@ -98,7 +98,7 @@ class WeightsBuild:
     ep: int = 1
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Capacity:
     """What SGLang's sizing gives the prefill target with one choice's flags."""
 
@@ -123,7 +123,7 @@ class Capacity:
         )
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Choice:
     """One way to spend what the plugin frees on the prefill target."""
 

@@ -73,7 +73,9 @@ def census_role(mc, plan: RolePlan) -> tuple[dict[str, PoolSummary], RoleSizing 
     if not plan.available_gib:
         return pools, None
     upstream, plugin = sizing["upstream"], sizing["plugin"]
-    return pools, RoleSizing(upstream, plugin, Change.between(upstream, plugin))
+    return pools, RoleSizing(
+        upstream=upstream, plugin=plugin, change=Change.between(upstream, plugin)
+    )
 
 
 def plugin_sizing(mc, plan: RolePlan) -> Sizing:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 from sglang_pd_lean.census.flags import role_argv
 from sglang_pd_lean.census.inputs import (
@@ -52,6 +53,7 @@ from sglang_pd_lean.census.results import (
     ModelledMemory,
     Pair,
     Report,
+    Resolution,
     RoleSizing,
     Sizing,
     frozen_map,
@@ -91,12 +93,26 @@ def spec_aux(server_args, mc):
 NO_MAMBA = "none (no linear-attention layers)"
 
 
-def _sizing_name(fields: dict, hybrid: bool = True) -> str:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoleLaunch:
+    """One role as SGLang resolved it: every field, to publish again as it is
+    (``fields``), and the values the census reads, typed (``values``: the
+    ``Resolution`` the report's header shows)."""
+
+    fields: dict
+    values: Resolution
+
+    @classmethod
+    def of(cls, server_args: Any) -> RoleLaunch:
+        return cls(fields=resolved_fields(server_args), values=summary(server_args))
+
+
+def _sizing_name(values: Resolution, hybrid: bool = True) -> str:
     if not hybrid:
         return NO_MAMBA
-    if fields.get("max_mamba_cache_size"):
+    if values.max_mamba_cache_size:
         return "explicit (--max-mamba-cache-size)"
-    if fields.get("disable_radix_cache"):
+    if values.disable_radix_cache:
         return "from running requests (radix cache off)"
     return "automatic (ratio of the budget)"
 
@@ -148,7 +164,7 @@ def _weights(done: ResolvedLaunch, tp: int, build: Build | None) -> Weights | No
 
 
 def memory_of(
-    launch: Launch, fields: dict, weights: Weights | None, draft_layers: int
+    launch: Launch, values: Resolution, weights: Weights | None, draft_layers: int
 ) -> Memory | None:
     """The memory one role's sizing receives, and where it comes from; None for a
     census that does not size (the pools at the flags' own counts)."""
@@ -158,7 +174,7 @@ def memory_of(
         return GivenMemory(
             available_gib=launch.available_gib, draft_layers_in_kv_sizing=draft_layers
         )
-    mfs = fields["mem_fraction_static"]
+    mfs = values.mem_fraction_static
     return ModelledMemory(
         gpu_gib=launch.gpu.memory_gib,
         cuda_context_gib=CUDA_CONTEXT_GIB,
@@ -183,21 +199,24 @@ def weights_of(memory: Memory | None) -> Weights | None:
 
 
 def _planned(
-    model: RankModel, launch: Launch, fields: dict, weights: Weights | None
+    model: RankModel, launch: Launch, role: RoleLaunch, weights: Weights | None
 ) -> tuple[RolePlan, Memory | None]:
-    """How one role's columns are built and sized, for its resolved ``fields``,
-    and the memory its sizing receives."""
-    with published(**fields) as server_args:
+    """How one role's columns are built and sized, as resolved, and the memory its
+    sizing receives. Without sizing, the counts of one attention-DP shard: SGLang
+    divides --max-running-requests (``resolve_max_num_reqs``) and
+    --max-mamba-cache-size (``_handle_max_mamba_cache``) by the shards."""
+    with published(**role.fields) as server_args:
         aux = spec_aux(server_args, model.config)
-    memory = memory_of(launch, fields, weights, aux.eagle_draft_num_layers or 0)
+    values, shards = role.values, model.widths.attn_dp_size
+    memory = memory_of(launch, values, weights, aux.eagle_draft_num_layers or 0)
     plan = RolePlan(
-        fields=fields,
+        fields=role.fields,
         pp_rank=model.pp_rank,
         pp_size=model.pp,
-        slots=fields["max_mamba_cache_size"],
-        requests=fields["max_running_requests"] or 256,
+        slots=values.max_mamba_cache_size and values.max_mamba_cache_size // shards,
+        requests=(values.max_running_requests or 256) // shards,
         available_gib=max(memory.available_gib, 1e-9) if memory else None,
-        page_size=fields["page_size"] or 1,
+        page_size=values.page_size or 1,
         spec_aux=aux,
     )
     return plan, memory
@@ -215,23 +234,23 @@ def prefill_capacity(
     if flags:
         argv = [*role_argv(list(done.argv), "prefill"), *flags]
         prefill = resolve(argv, done.launch.gpu)
-    fields = resolved_fields(prefill.server_args)
+    role = RoleLaunch.of(prefill.server_args)
     with exported(prefill.environ):
-        model = rank_model(fields, done.folder)
+        model = rank_model(role.fields, done.folder)
         with model.layout():
-            plan, memory = _planned(model, done.launch, fields, weights)
+            plan, memory = _planned(model, done.launch, role, weights)
             sized = plugin_sizing(model.config, plan)
     return Capacity.of(sized, memory.available_gib)
 
 
-def _named(sized: Sizing, fields: dict, hybrid: bool, shards: int) -> Sizing:
+def _named(sized: Sizing, values: Resolution, hybrid: bool, shards: int) -> Sizing:
     """``sized`` with how its mamba slots were set, and whether SGLang gives fewer
     running requests than the flags ask (per attention-DP shard: SGLang divides
     the flag by ``shards``)."""
-    asked = (fields["max_running_requests"] or 0) // shards
+    asked = (values.max_running_requests or 0) // shards
     return dataclasses.replace(
         sized,
-        mamba_sizing=_sizing_name(fields, hybrid),
+        mamba_sizing=_sizing_name(values, hybrid),
         requests_capped=bool(
             sized.fits and asked and sized.max_running_requests < asked
         ),
@@ -250,19 +269,19 @@ def census_launch(
     from sglang_pd_lean import plugin
 
     with exported(done.named.environ):
-        fields = {r: resolved_fields(done.resolved[r].server_args) for r in columns}
-        base = resolved_fields(done.named.server_args)
-        model = rank_model(base, done.folder)
+        launched = {r: RoleLaunch.of(done.resolved[r].server_args) for r in columns}
+        base = RoleLaunch.of(done.named.server_args)
+        model = rank_model(base.fields, done.folder)
         with model.layout():
             weights = _weights(done, model.tp, build)
             roles, capacity, memory, warm = {}, {}, {}, {}
-            for r in columns:
-                plan, memory[r] = _planned(model, done.launch, fields[r], weights)
+            for r, role in launched.items():
+                plan, memory[r] = _planned(model, done.launch, role, weights)
                 pools, sizing = census_role(model.config, plan)
                 roles[r] = Pair(upstream=pools["upstream"], plugin=pools["plugin"])
-                capacity[r] = _named_sizing(sizing, fields[r], model)
-                draft = fields[r]["speculative_num_draft_tokens"] or 1
-                warm[r] = (fields[r], roles[r], draft)
+                capacity[r] = _named_sizing(sizing, role.values, model)
+                draft = role.values.speculative_num_draft_tokens or 1
+                warm[r] = (role.fields, roles[r], draft)
             warmup = warmup_rows(model.config, warm)
     if model.cache_params is not None:
         require_state(roles, len(model.linear_layers))
@@ -275,7 +294,7 @@ def census_launch(
         model=done.name,
         launch=Head(argv=done.argv, role=done.role, gpu=done.launch.gpu, sized=sized),
         inputs=_inputs(model, base, named if sized else None),
-        resolved=frozen_map({r: summary(done.resolved[r].server_args) for r in roles}),
+        resolved=frozen_map({r: launched[r].values for r in roles}),
         roles=frozen_map(roles),
         warmup=frozen_map(warmup),
         memory=frozen_map(memory) if sized else None,
@@ -285,27 +304,32 @@ def census_launch(
 
 
 def _named_sizing(
-    sizing: RoleSizing | None, fields: dict, model: RankModel
+    sizing: RoleSizing | None, values: Resolution, model: RankModel
 ) -> RoleSizing | None:
     if sizing is None:
         return None
     hybrid, shards = model.linear is not None, model.widths.attn_dp_size
     return dataclasses.replace(
         sizing,
-        upstream=_named(sizing.upstream, fields, hybrid, shards),
-        plugin=_named(sizing.plugin, fields, hybrid, shards),
+        upstream=_named(sizing.upstream, values, hybrid, shards),
+        plugin=_named(sizing.plugin, values, hybrid, shards),
     )
 
 
-def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
+def _inputs(model: RankModel, base: RoleLaunch, memory: Memory | None) -> Inputs:
     """The role the launch names, as resolved; ``memory``: its memory, sized."""
-    with published(**base) as server_args, model.layout():
+    values = base.values
+    with published(**base.fields) as server_args, model.layout():
         derived = derive(model.config, server_args, model.widths, model.pp_rank)
-        said = not_followed(
-            model.config,
-            configurator(
-                model.config, server_args, is_draft_worker=False, pp_rank=model.pp_rank
-            ),
+        conf = configurator(
+            model.config, server_args, is_draft_worker=False, pp_rank=model.pp_rank
+        )
+        said = not_followed(model.config, conf)
+    if model.pp > 1 and isinstance(memory, ModelledMemory):
+        said += (
+            f"with PP, every stage's memory from the weights of rank 0 "
+            f"({memory.weights_source}); another stage's differ: give "
+            f"--available-gib for it",
         )
     return Inputs(
         tp=model.tp,
@@ -317,13 +341,15 @@ def _inputs(model: RankModel, base: dict, memory: Memory | None) -> Inputs:
         use_mla_backend=derived.use_mla_backend,
         kv_cache_dtype=str(derived.kv_cache_dtype).replace("torch.", ""),
         not_followed=said,
-        max_running_requests=base["max_running_requests"],
-        max_mamba_cache_size=base["max_mamba_cache_size"],
-        speculative_num_draft_tokens=base["speculative_num_draft_tokens"] or 0,
+        max_running_requests=values.max_running_requests,
+        max_mamba_cache_size=values.max_mamba_cache_size,
+        speculative_num_draft_tokens=values.speculative_num_draft_tokens or 0,
         mamba_ssm_dtype=model.ssm_dtype,
         context_length=model.config.context_len,
-        page_size=base["page_size"] or 1,
-        mamba_radix_cache_strategy=base.get("mamba_radix_cache_strategy"),
+        page_size=values.page_size or 1,
+        mamba_radix_cache_strategy=values.mamba_radix_cache_strategy,
         available_gib=memory.available_gib if memory else None,
-        mamba_sizing=(_sizing_name(base, model.linear is not None) if memory else None),
+        mamba_sizing=(
+            _sizing_name(values, model.linear is not None) if memory else None
+        ),
     )
