@@ -6,8 +6,8 @@ for a role SGLang did not resolve (and ``benchmark/measuring_build.py``).
     fields = helpers.server_fields(inputs, "prefill")  # placeholder ServerArgs
 
 The report never takes this road: it resolves launch flags through SGLang
-(``census.server``) and reads the model from the resolved configuration
-(``census.server.rank_model``). Here the config is read as the report reads it
+(``census.columns``) and reads the model from the resolved configuration
+(``census.columns.rank_model``). Here the config is read as the report reads it
 (``census.inputs.read_config_dict``) and handed to SGLang's ``ModelConfig`` in a
 folder of its own (``census.model.model_folder``), with no ``ServerArgs``.
 """

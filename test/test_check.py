@@ -508,7 +508,7 @@ def test_a_server_without_the_plugin_is_compared_with_upstreams_column(tmp_path)
     its budget record with both."""
     from sglang_pd_lean.census.environment import load_sglang_plugins
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
-    from sglang_pd_lean.census.served import predict
+    from sglang_pd_lean.census.live import predict
     from sglang_pd_lean.cli import check as fleet
 
     load_sglang_plugins()
@@ -757,7 +757,7 @@ def test_a_prefill_server_with_nothing_to_spend_is_told_why(tmp_path):
     reason for its own role."""
     from sglang_pd_lean.census.environment import load_sglang_plugins
     from sglang_pd_lean.census.launch import LOCAL, gpu_facts
-    from sglang_pd_lean.census.served import predict
+    from sglang_pd_lean.census.live import predict
     from sglang_pd_lean.cli import check as fleet
 
     load_sglang_plugins()
@@ -870,7 +870,7 @@ def test_a_cpu_server_is_predicted_on_this_machine_whatever_gpu_names(
     probes (``--gpu local``). Each at the budget its record holds, from the command
     line to the census (the census itself stands aside here: it says what it was
     asked, and that is the prediction's error)."""
-    from sglang_pd_lean.census import served as census_served
+    from sglang_pd_lean.census import live
     from sglang_pd_lean.census.inputs import CensusError
     from sglang_pd_lean.census.launch import GPUS, LOCAL, gpu_facts
 
@@ -880,7 +880,7 @@ def test_a_cpu_server_is_predicted_on_this_machine_whatever_gpu_names(
         asked[info["device"]] = (gpu, model, budget)
         raise CensusError(f"spied on {info['device']}")
 
-    monkeypatch.setattr(census_served, "predict", spy)
+    monkeypatch.setattr(live, "predict", spy)
     cpu = recorded(RELEASES[0], "prefill")
     gpu = {**copy.deepcopy(cpu), "device": "cuda"}
     with served(cpu, gpu) as urls:

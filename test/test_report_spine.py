@@ -3,7 +3,7 @@ SGLang once, the whole report frozen.
 
 SGLang's resolutions are counted where SGLang does them
 (``sglang.srt.server_args.prepare_server_args``): one per role shown, plus one per
-set of flags an advice step tries (``census.server.prefill_capacity`` with flags);
+set of flags an advice step tries (``census.columns.prefill_capacity`` with flags);
 nothing else (the weights build, the model on one rank, the advice's mamba ratio,
 the launch as given) resolves again.
 """
@@ -18,7 +18,7 @@ import pytest
 from helpers import NEXTN, tiny_model_folder
 
 from sglang_pd_lean import census
-from sglang_pd_lean.census import server
+from sglang_pd_lean.census import columns
 from sglang_pd_lean.census.gpus import LOCAL, gpu_facts
 from sglang_pd_lean.census.inputs import ROLES
 
@@ -29,7 +29,7 @@ def counted(monkeypatch):
     from sglang.srt import server_args
 
     counts = {"resolutions": 0, "steps": 0}
-    prepare, capacity = server_args.prepare_server_args, server.prefill_capacity
+    prepare, capacity = server_args.prepare_server_args, columns.prefill_capacity
 
     def resolving(*args, **kwargs):
         counts["resolutions"] += 1
@@ -40,7 +40,7 @@ def counted(monkeypatch):
         return capacity(done, flags, weights)
 
     monkeypatch.setattr(server_args, "prepare_server_args", resolving)
-    monkeypatch.setattr(server, "prefill_capacity", step)
+    monkeypatch.setattr(columns, "prefill_capacity", step)
     with contextlib.redirect_stderr(io.StringIO()):
         yield counts
 
@@ -114,8 +114,8 @@ def test_each_memory_is_one_of_two_types():
     modelled = report_of(argv, model="qwen3-next-80b-a3b", weights_gib=40.0)
     assert {type(m) for m in given.memory.values()} == {GivenMemory}
     assert {type(m) for m in modelled.memory.values()} == {ModelledMemory}
-    assert server.weights_of(given.memory["prefill"]) is None
-    weights = server.weights_of(modelled.memory["prefill"])
+    assert columns.weights_of(given.memory["prefill"]) is None
+    weights = columns.weights_of(modelled.memory["prefill"])
     assert weights.target_bytes == modelled.memory["prefill"].weights_bytes == 40 << 30
 
 

@@ -1,4 +1,4 @@
-"""``census.served``: a running server's ``/server_info`` back to the launch flags
+"""``census.live``: a running server's ``/server_info`` back to the launch flags
 that give it, each written the way its flag's argparse action reads it, and the
 model path the census reads. Each case parses the words back with argparse itself:
 the flags must give the value they were written from."""
@@ -10,7 +10,7 @@ import argparse
 import pytest
 from helpers import tiny_model_folder
 
-from sglang_pd_lean.census import served
+from sglang_pd_lean.census import live
 from sglang_pd_lean.census.inputs import CensusError
 
 
@@ -32,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
 
 def words(dest: str, value) -> list[str]:
     (action,) = [a for a in parser()._actions if a.dest == dest]
-    return served._words(action, value)
+    return live._words(action, value)
 
 
 @pytest.mark.parametrize(
@@ -78,11 +78,11 @@ def test_the_words_parse_back_to_the_value(dest, value):
 
 def test_the_census_reads_the_model_given_else_the_servers_own(tmp_path):
     folder = tiny_model_folder(tmp_path / "tiny")
-    assert served.model_of({"model_path": "/elsewhere"}, folder) == folder
-    assert served.model_of({"model_path": folder}, None) == folder
+    assert live.model_of({"model_path": "/elsewhere"}, folder) == folder
+    assert live.model_of({"model_path": folder}, None) == folder
     for info in ({"model_path": "/no/such/model"}, {}):
         with pytest.raises(CensusError) as raised:
-            served.model_of(info, None)
+            live.model_of(info, None)
         assert str(raised.value) == (
             f"the server's model path {info.get('model_path')!r} is not readable "
             "here: give --config (a config.json or a model folder) or --model-path"
@@ -94,7 +94,7 @@ def test_a_cpu_server_without_a_record_has_no_budget_to_predict_with(tmp_path):
 
     info = {"model_path": tiny_model_folder(tmp_path / "tiny"), "device": "cpu"}
     with pytest.raises(CensusError) as raised:
-        served.predict(info, gpu_facts(LOCAL), None, None)
+        live.predict(info, gpu_facts(LOCAL), None, None)
     assert str(raised.value) == (
         "a CPU server's budget is the host's free memory at start-up, and without "
         "the plugin's record it is not on /server_info"
@@ -113,8 +113,8 @@ def test_a_server_is_predicted_in_its_own_role_only(tmp_path):
         "mamba_radix_cache_strategy": "no_buffer",
         "disable_overlap_schedule": True,
     }
-    result = served.predict(info, gpu_facts(LOCAL), None, 2.0)
+    result = live.predict(info, gpu_facts(LOCAL), None, 2.0)
     assert list(result.roles) == ["null"] and result.advice is None
     info["disaggregation_mode"] = "decode"
-    result = served.predict(info, gpu_facts(LOCAL), None, 2.0)
+    result = live.predict(info, gpu_facts(LOCAL), None, 2.0)
     assert list(result.roles) == ["decode"] and result.advice is None

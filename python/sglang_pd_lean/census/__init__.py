@@ -33,14 +33,15 @@ operator asks, checked before SGLang's import), ``flags`` (launch flags as SGLan
 parser reads them: shorthand, role, model), ``launch`` (flags -> each role's
 ``ServerArgs`` on a named GPU, once: ``ResolvedLaunch``), ``environment`` (SGLang
 installed, quiet, its plugins loaded), ``gpus`` (the GPUs a report can name),
-``gpu_probes`` (SGLang's platform probes answering for one), ``model`` (SGLang's
-linear-state config and pipeline stage), ``pools`` (the configurator and the request
+``gpu_probes`` (SGLang's platform probes answering for one), ``model`` (the model
+on one rank: SGLang's config, linear state, layout and stage), ``rank`` (what the
+target's ModelRunner derives before sizing), ``pools`` (the configurator and the request
 pool under fake tensors), ``sizing`` (SGLang's budget code), ``warmup`` (transient
 buffers), ``roles`` (one role's columns), ``memory`` (memory per rank), ``weights``
 (the weights build's child) and ``model_build`` (what it builds: SGLang's groups and
-models for rank 0), ``server`` (the census of a resolved launch, and one advice
-step), ``advice``, ``pieces`` (what the prefill target does not build, per piece)
-and ``served`` (a live server's own arguments). The runtime plugin
+models for rank 0), ``columns`` (the census of a resolved launch, column by
+column, and one advice step), ``advice``, ``pieces`` (what the prefill target does
+not build, per piece) and ``live`` (a live server's own arguments). The runtime plugin
 never imports this package; bytes per component come from
 ``sglang_pd_lean.accounting``.
 """

@@ -53,7 +53,7 @@ UNSPECULATIVE = (
 
 def nothing_to_spend(census) -> dict[str, str]:
     """Per role, why the plugin frees nothing there (no entry: something to
-    spend). ``census``: the ``Report`` of ``census.server.census_launch`` for a
+    spend). ``census``: the ``Report`` of ``census.columns.census_launch`` for a
     sized launch with a prefill column."""
     reasons = {}
     pools, capacity = census.roles["prefill"], census.capacity["prefill"]
@@ -86,7 +86,7 @@ class _Road:
     seen: dict = dataclasses.field(default_factory=dict)
 
     def capacity(self, flags: tuple[str, ...]) -> Capacity:
-        from sglang_pd_lean.census.server import prefill_capacity
+        from sglang_pd_lean.census.columns import prefill_capacity
 
         if flags not in self.seen:
             self.seen[flags] = prefill_capacity(self.done, flags, self.weights)
@@ -159,9 +159,9 @@ class Advice:
 
 
 def advise(done: ResolvedLaunch, census) -> Advice:
-    """The advice for the census (``census.server.census_launch``'s ``Report``) of
+    """The advice for the census (``census.columns.census_launch``'s ``Report``) of
     a sized ``done``, whose prefill column it reads."""
-    from sglang_pd_lean.census.server import weights_of
+    from sglang_pd_lean.census.columns import weights_of
 
     reasons = frozen_map(nothing_to_spend(census))
     if "prefill" in reasons:

@@ -33,8 +33,8 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
     needs one role, such as ``check`` for one server, saves the others'
     resolution and pools)."""
     from sglang_pd_lean.census.advice import advise
+    from sglang_pd_lean.census.columns import census_launch, weights_build
     from sglang_pd_lean.census.pieces import prefill_pieces
-    from sglang_pd_lean.census.server import census_launch, weights_build
 
     check(launch)
     require_sglang()

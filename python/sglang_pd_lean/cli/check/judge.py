@@ -4,7 +4,7 @@ server's own arguments beside what the server has.
     exit_code(answers)                     # 0 lean, 1 not lean, 2 bad answers
     predictions = predict_all(answers, args, model)
 
-Prediction: the report's own census (``census.served.predict``: the installed
+Prediction: the report's own census (``census.live.predict``: the installed
 SGLang resolves the server's arguments again, with the budget the plugin recorded
 on the server where there is one), prediction beside measurement for the bytes not
 allocated, the mamba slots and the KV tokens, and for a prefill server the report's
@@ -132,7 +132,7 @@ def predict_all(answers: list, args, model: str | None) -> dict[str, Prediction]
     from sglang_pd_lean.census.environment import load_sglang_plugins, require_seams
     from sglang_pd_lean.census.gpus import LOCAL, gpu_facts
     from sglang_pd_lean.census.inputs import CensusError
-    from sglang_pd_lean.census.served import predict
+    from sglang_pd_lean.census.live import predict
 
     servers = [a for a in answers if isinstance(a, Server) and a.ranks]
     if not servers:
