@@ -53,7 +53,7 @@ UNSPECULATIVE = (
 
 def nothing_to_spend(census) -> dict[str, str]:
     """Per role, why the plugin frees nothing there (no entry: something to
-    spend). ``census``: the ``Report`` of ``census.columns.census_launch`` for a
+    spend). ``census``: the ``Columns`` of ``census.columns.census_launch`` for a
     sized launch with a prefill column."""
     reasons = {}
     pools, capacity = census.roles["prefill"], census.capacity["prefill"]
@@ -159,7 +159,7 @@ class Advice:
 
 
 def advise(done: ResolvedLaunch, census) -> Advice:
-    """The advice for the census (``census.columns.census_launch``'s ``Report``) of
+    """The advice for the census (``census.columns.census_launch``'s ``Columns``) of
     a sized ``done``, whose prefill column it reads."""
     from sglang_pd_lean.census.columns import weights_of
 

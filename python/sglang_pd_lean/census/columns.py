@@ -46,13 +46,13 @@ from sglang_pd_lean.census.pools import configurator, published
 from sglang_pd_lean.census.rank import derive, not_followed
 from sglang_pd_lean.census.results import (
     Capacity,
+    Columns,
     GivenMemory,
     Head,
     Inputs,
     Memory,
     ModelledMemory,
     Pair,
-    Report,
     Resolution,
     RoleSizing,
     Sizing,
@@ -259,7 +259,7 @@ def _named(sized: Sizing, values: Resolution, hybrid: bool, shards: int) -> Sizi
 
 def census_launch(
     done: ResolvedLaunch, columns: tuple[str, ...], build: Build | None
-) -> Report:
+) -> Columns:
     """The census per role of ``columns`` (each resolved in ``done``): memory,
     pools, sizing, warm-up buffers, and the gates this SGLang needs; the report's
     later parts (advice, pieces) not yet. ``build``: the launch's weights build,
@@ -289,7 +289,7 @@ def census_launch(
     # The memory of the role the flags name (else the first shown), sized.
     named = memory.get(done.role) or next(iter(memory.values()))
     gates = {gate.name: str(gate.state) for gate in plugin.decision().plans}
-    return Report(
+    return Columns(
         sglang_version=sglang.__version__,
         model=done.name,
         launch=Head(argv=done.argv, role=done.role, gpu=done.launch.gpu, sized=sized),

@@ -16,8 +16,6 @@ piece by piece (``pieces``).
 
 from __future__ import annotations
 
-import dataclasses
-
 from sglang_pd_lean.census.environment import (
     load_sglang_plugins,
     require_seams,
@@ -45,14 +43,11 @@ def report(launch: Launch, roles: tuple[str, ...] = ROLES) -> Report:
         load_sglang_plugins()
         require_seams()
         census = census_launch(done, columns, build)
-    pieces = prefill_pieces(done)
-    census = dataclasses.replace(census, refused=done.refused or None)
-    if not (launch.sized and "prefill" in columns):
-        return dataclasses.replace(census, prefill_pieces=pieces)
-    advised = advise(done, census)
-    return dataclasses.replace(
-        census,
-        advice=advised.advice,
-        nothing_to_spend=advised.nothing_to_spend,
-        prefill_pieces=pieces,
+    advised = advise(done, census) if launch.sized and "prefill" in columns else None
+    return Report(
+        **census.parts(),
+        advice=advised.advice if advised else None,
+        nothing_to_spend=advised.nothing_to_spend if advised else None,
+        prefill_pieces=prefill_pieces(done),
+        refused=done.refused or None,
     )

@@ -247,6 +247,27 @@ Memory = GivenMemory | ModelledMemory
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Columns:
+    """The census of a launch's columns (``census.columns.census_launch``): the
+    report's first step, read by the advice, then whole in the ``Report``."""
+
+    sglang_version: str
+    model: str
+    launch: Head
+    inputs: Inputs
+    resolved: Mapping[str, Resolution]
+    roles: Mapping[str, Pair]  # Pair of PoolSummary
+    warmup: Mapping[str, Pair]  # Pair of Warmup
+    memory: Mapping[str, Memory] | None = None
+    capacity: Mapping[str, RoleSizing] | None = None
+    plugin_gates: Mapping[str, str]
+
+    def parts(self) -> dict[str, Any]:
+        """Its fields, by name (the ``Report``'s first ones)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Report:
     """The report on one launch (``census.report``): built once, never changed;
     JSON only at the edge (``jsonable``, docs/json.md). Per-role maps are keyed
