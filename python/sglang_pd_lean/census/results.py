@@ -268,27 +268,18 @@ class Columns:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Report:
-    """The report on one launch (``census.report``): built once, never changed;
-    JSON only at the edge (``jsonable``, docs/json.md). Per-role maps are keyed
-    by role (``prefill``, ``decode``, ``null``); ``memory`` and the keys after it
-    are None where the report is not sized."""
+class Report(Columns):
+    """The report on one launch (``census.report``): its ``Columns`` and what the
+    report adds to them; built once, never changed; JSON only at the edge
+    (``jsonable``, docs/json.md). Per-role maps are keyed by role (``prefill``,
+    ``decode``, ``null``); ``memory``, ``capacity`` and the advice are None where
+    the report is not sized."""
 
-    sglang_version: str
-    model: str
-    launch: Head
-    inputs: Inputs
-    resolved: Mapping[str, Resolution]
-    roles: Mapping[str, Pair]  # Pair of PoolSummary
-    warmup: Mapping[str, Pair]  # Pair of Warmup
-    memory: Mapping[str, Memory] | None = None
-    capacity: Mapping[str, RoleSizing] | None = None
     advice: tuple[Choice, ...] | None = None
     nothing_to_spend: Mapping[str, str] | None = None
     prefill_pieces: Mapping[str, str] | None = None  # census.pieces
     # Roles SGLang refuses the flags for (not shown): role -> SGLang's reason.
     refused: Mapping[str, str] | None = None
-    plugin_gates: Mapping[str, str]
 
 
 def frozen_map(items: Mapping) -> Mapping:
