@@ -7,7 +7,7 @@ SGLang's own code on the resolved launch, never filled in by hand.
         derived.use_mla_backend, derived.kv_cache_dtype, derived.layers
 
 ``FIELD_SOURCES`` names each ``KVCacheConfigurator`` field the census sets and where
-its value comes from; ``test_rank_inputs`` walks the installed release's fields
+its value comes from; ``test_report_shapes`` walks the installed release's fields
 against it, so a field SGLang adds fails there until someone says where it comes
 from. ``not_followed`` names what the census cannot follow exactly (another pool
 configurator, a sliding-window model), for the report to say, never to guess.
@@ -40,8 +40,8 @@ FIELD_SOURCES: Mapping[str, str] = types.MappingProxyType(
         "page_size": "the resolved page_size",
         "spec_algorithm": "SpeculativeAlgorithm.from_string(get_spec())",
         "is_draft_worker": "the target: False",
-        "post_capture_kv_active": "False: the post-capture KV resize runs after "
-        "graph capture, outside start-up sizing (named in not_followed)",
+        "post_capture_kv_active": "False: SGLang's post-capture KV resize runs "
+        "after graph capture, past the start-up sizing the report follows",
         "spec_aux_config": "resolve_spec_aux_hidden_state_config",
         "is_hybrid_swa": "ModelRunner: model_config.is_hybrid_swa",
         "is_hybrid_swa_compress": "ModelRunner: model_config.is_hybrid_swa_compress",
@@ -57,8 +57,8 @@ FIELD_SOURCES: Mapping[str, str] = types.MappingProxyType(
         "sliding_window_size": "None: read only for sliding-window models (named "
         "in not_followed)",
         "pp_group": "None: read by no sizing or request-pool code",
-        "model": "None: read only for a quantized KV cache's scales (named in "
-        "not_followed)",
+        "model": "None: read only to load a quantized KV cache's scales (values, "
+        "not bytes)",
         "forward_stream": "None: read only by the KV pool's constructors",
         "req_to_token_pool": "None: a target builds its own",
         "token_to_kv_pool_allocator": "None: a target builds its own",

@@ -84,7 +84,7 @@ def stages_agree(agreed: int | None, asked: list[int]) -> Iterator[None]:
     from sglang.srt.runtime_context import get_parallel
 
     stages = object()  # the stand-in world's CPU group
-    world = types.SimpleNamespace(cpu_group=stages, world_size=2, rank_in_group=0)
+    world = types.SimpleNamespace(cpu_group=stages)  # all the sizing reads of it
     collective = dist.all_reduce
 
     def all_reduce(tensor, *args, group=None, **kwargs):
