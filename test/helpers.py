@@ -145,16 +145,17 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
     )
 
 
-def tiny_model_folder(folder) -> str:
-    """The e2e tests' tiny Qwen3-Next (3 GDN + 1 full attention layer, hidden 128)
-    as a model folder holding its config.json; ``folder`` a ``pathlib.Path``."""
+def tiny_model_folder(folder, kind: str = "qwen3-next") -> str:
+    """The e2e tests' tiny model ``kind`` (``tiny_model.MODEL_CONFIGS``; default the
+    tiny Qwen3-Next: 3 GDN + 1 full attention layer, hidden 128) as a model folder
+    holding its config.json; ``folder`` a ``pathlib.Path``."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "e2e"))
     try:
-        from tiny_model import CONFIG
+        from tiny_model import MODEL_CONFIGS
     finally:
         sys.path.pop(0)
     folder.mkdir(exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(CONFIG))
+    (folder / "config.json").write_text(json.dumps(MODEL_CONFIGS[kind]))
     return str(folder)
 
 

@@ -73,16 +73,6 @@ def capacity(result: dict, role: str = "prefill", column: str = "upstream") -> d
     return result["capacity"][role][column]
 
 
-def qwen3_next_kv_cell(tp: int, layers: int | None = None, dtype_bytes=BF16) -> int:
-    """Qwen3-Next's KV bytes per token per rank: K and V of the kv heads at ``tp``
-    over its full-attention layers (every ``full_attention_interval``-th)."""
-    cfg = load_config("qwen3-next-80b-a3b")
-    if layers is None:
-        layers = cfg["num_hidden_layers"] // cfg["full_attention_interval"]
-    heads = max(cfg["num_key_value_heads"] // tp, 1)
-    return heads * 2 * cfg["head_dim"] * layers * dtype_bytes
-
-
 def test_every_configurator_field_the_census_sets_has_a_named_source():
     """Each field of the installed release's KVCacheConfigurator is either named
     with where the census takes its value, or left at the configurator's own
@@ -148,7 +138,9 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens_of_bf16():
     assert fp8["inputs"]["kv_cache_dtype"] == "float8_e4m3fn"
     for result, nbytes in ((bf16, BF16), (fp8, 1)):
         sized = capacity(result)
-        cell = qwen3_next_kv_cell(4, dtype_bytes=nbytes)
+        cfg = load_config("qwen3-next-80b-a3b")
+        layers = cfg["num_hidden_layers"] // cfg["full_attention_interval"]
+        cell = gated_kv_cell("qwen3-next-80b-a3b", 4, layers, dtype_bytes=nbytes)
         assert sized["kv_tokens"] == sized["kv_cache_bytes"] // cell
 
 
@@ -171,29 +163,39 @@ def test_attention_dp_shards_the_linear_heads_by_attention_tp():
     assert capacity(dp)["max_running_requests"] == 64 // 2
 
 
-@pytest.mark.parametrize("pp", [2, 5])
+def gated_kv_cell(name: str, tp: int, layers: int, dtype_bytes=BF16) -> int:
+    """A GQA hybrid's KV bytes per token per rank over ``layers`` full-attention
+    layers: K and V of its kv heads at ``tp`` (one at least), from its config."""
+    cfg = load_config(name)
+    text = cfg.get("text_config", cfg)
+    heads = max(text["num_key_value_heads"] // tp, 1)
+    return heads * 2 * text["head_dim"] * layers * dtype_bytes
+
+
+@pytest.mark.parametrize("pp", [2, 4])
 def test_a_pipeline_parallel_launch_sizes_every_column_on_the_smallest_stage(pp):
-    """``--tp 4 --pp-size PP`` with NEXTN: every column fits (SGLang's sizing runs
-    on every stage), and the KV tokens are the smallest stage's own capacity from
-    its full-attention layers, as SGLang's stages agree (PP 5 splits Qwen3-Next's
-    12 full-attention layers 2, 2, 3, 2, 3: the stage shown is not the one that
-    binds)."""
+    """Qwen3.5 at ``--tp 8 --pp-size PP`` with NEXTN: every column fits (SGLang's
+    sizing runs on every stage), and the KV tokens are the smallest stage's own
+    capacity from its full-attention layers, as SGLang's stages agree (its 15
+    full-attention layers split 7/8 at PP 2 and 3/4/4/4 at PP 4: the stage shown,
+    the one with the most linear-attention layers, is not the one that binds)."""
     from sglang.srt.distributed.utils import get_pp_indices
 
-    cfg = load_config("qwen3-next-80b-a3b")
+    name = "qwen3.5-397b-a17b"
+    text = load_config(name).get("text_config", load_config(name))
     result = census_of(
-        *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
-        *("--tp", "4", "--pp-size", str(pp), "--disaggregation-mode", "prefill"),
+        *("--model", name, "--available-gib", "30", "--"),
+        *("--tp", "8", "--pp-size", str(pp), "--disaggregation-mode", "prefill"),
         *NEXTN,
     )
-    interval = cfg["full_attention_interval"]
+    interval = text["full_attention_interval"]
     # SGLang counts a draft's layers in the KV cell only with a draft model path.
     draft = result["memory"]["prefill"]["draft_layers_in_kv_sizing"]
     own = []
     for stage in range(pp):
-        start, end = get_pp_indices(cfg["num_hidden_layers"], stage, pp)
+        start, end = get_pp_indices(text["num_hidden_layers"], stage, pp)
         layers = sum((i + 1) % interval == 0 for i in range(start, end))
-        own.append(int(qwen3_next_kv_cell(4, layers) * (1 + draft / layers)))
+        own.append(int(gated_kv_cell(name, 8, layers) * (1 + draft / layers)))
     assert result["inputs"]["pp"] == pp
     for role in ("prefill", "decode", "null"):
         for column in ("upstream", "plugin"):
@@ -202,6 +204,21 @@ def test_a_pipeline_parallel_launch_sizes_every_column_on_the_smallest_stage(pp)
             assert sized["kv_tokens"] == min(
                 sized["kv_cache_bytes"] // cell for cell in own
             ), (role, column)
+
+
+def test_a_pipeline_launch_of_a_model_sglang_cannot_split_is_refused():
+    """SGLang's model runner stops a PP launch whose model class passes no
+    activations between stages (Qwen3-Next's forward takes no pp_proxy_tensors):
+    one line with SGLang's own words, no figures."""
+    from sglang_pd_lean import census
+
+    with pytest.raises(census.CensusError) as refused:
+        census_of(
+            *("--model", "qwen3-next-80b-a3b", "--available-gib", "60", "--"),
+            *("--tp", "4", "--pp-size", "2"),
+        )
+    assert "Pipeline Parallel is not compatible with this model." in str(refused.value)
+    assert "Qwen3NextForCausalLM" in str(refused.value)
 
 
 def test_a_unified_launch_with_a_flag_pd_refuses_is_answered_for_its_own_role():

@@ -482,8 +482,8 @@ def test_a_loader_seam_sglang_lacks_is_the_builds_answer(monkeypatch):
     assert answer.target_bytes == 0
 
 
-def resolved(tmp_path, *flags: str, vocab: int | None = None):
-    folder = tiny_model_folder(tmp_path / "tiny")
+def resolved(tmp_path, *flags: str, vocab: int | None = None, kind="qwen3-next"):
+    folder = tiny_model_folder(tmp_path / "tiny", kind)
     argv = ["--model-path", folder, *flags]
     if vocab is not None:  # a draft checkpoint of its own: another vocabulary
         import json
@@ -572,9 +572,45 @@ def test_a_build_that_fails_answers_its_error_in_one_line(monkeypatch):
         "draft_class": None,
         "tp": 1,
         "ep": 1,
+        "attn_tp": 1,
+        "layers": None,
     }
     from sglang.srt.model_loader import loader
 
     monkeypatch.delattr(loader, "_initialize_model")
     got = json.loads(weights.answer(None))  # a seam it lacks: no build is tried
     assert "_initialize_model" in got["error"] and "RuntimeError" not in got["error"]
+
+
+@pytest.mark.parametrize(
+    "kind, flags",
+    [
+        ("qwen3-next", ("--tp", "2")),
+        ("qwen3-next", ("--tp", "2", "--dp", "2", "--enable-dp-attention")),
+        ("qwen3-next", ("--tp", "4", "--dp", "2", "--enable-dp-attention")),
+    ],
+    ids=["tp2", "tp2-dp2-attention", "tp4-dp2-attention"],
+)
+def test_the_census_rank_layout_is_sglangs_groups_and_model_for_rank_0(
+    tmp_path, built_in_process, kind, flags
+):
+    """The layout the census publishes for SGLang's sizing (``census.rank``:
+    attention TP from SGLang's DP-attention split, the stage's layers from its PP
+    split) equals what SGLang builds for rank 0 of the launch: the attention-TP
+    group over the launch's world, and the target's layers as SGLang's model
+    runner resolves them on the model built under FakeTensorMode. (No PP case:
+    Qwen3-Next's class takes no PP, and a PP-capable tiny DeepSeek V3 does not
+    build on a CPU host: ``SRTPlatform.get_device`` raises NotImplementedError.)"""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    from sglang_pd_lean.census import rank
+
+    server_args = resolved(tmp_path, *flags, kind=kind)
+    widths = rank.rank_widths(server_args)
+    derived = rank.derive(
+        ModelConfig.from_server_args(server_args), server_args, widths, pp_rank=0
+    )
+    answer = built_in_process(server_args)
+    assert answer.error is None, answer.error
+    assert answer.attn_tp == widths.attn_tp_size
+    assert tuple(answer.layers) == derived.layers

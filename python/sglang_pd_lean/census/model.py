@@ -90,6 +90,27 @@ def cache_params_of(linear, mc, tp: int) -> Any:
     return params
 
 
+def check_pipeline_support(mc, pp: int) -> None:
+    """SGLang's model runner stops a PP launch whose model class cannot pass
+    activations between stages (``ModelRunner.support_pp``: its ``forward`` takes
+    no ``pp_proxy_tensors``; Qwen3-Next's, for one): one CensusError line, no
+    figures for a server that would not start."""
+    if pp <= 1:
+        return
+    import inspect
+
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    with sglang_rejects("SGLang cannot pick this model's class"):
+        model_class, _ = get_model_architecture(mc)
+    if "pp_proxy_tensors" not in inspect.signature(model_class.forward).parameters:
+        raise CensusError(
+            f"SGLang stops this launch at --pp-size {pp}: 'Pipeline Parallel is not "
+            f"compatible with this model.' ({model_class.__name__}.forward takes no "
+            f"pp_proxy_tensors)"
+        )
+
+
 def check_tp_heads(linear, tp: int) -> None:
     """A TP that does not divide the linear-attention heads gets one clear line."""
     heads = {
@@ -185,6 +206,7 @@ def rank_model(base: dict, folder: str) -> RankModel:
             f"--pp {widths.pp_size} is more than this model's "
             f"{mc.num_hidden_layers} layers"
         )
+    check_pipeline_support(mc, widths.pp_size)
     # The stage with the most linear-attention layers (without them: the most
     # layers) sets the peak.
     counted = list(cache_params.layers) if cache_params else range(mc.num_hidden_layers)

@@ -201,7 +201,8 @@ def _device_module_is_cpu() -> Iterator[None]:
         torch.get_device_module, torch.cuda.Stream = module, stream
 
 
-def _bytes_of(model_config) -> tuple[int, str]:
+def _built(model_config) -> Any:
+    """The model SGLang's loader builds for ``model_config``, under FakeTensorMode."""
     import torch
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader import loader
@@ -213,11 +214,33 @@ def _bytes_of(model_config) -> tuple[int, str]:
     torch.set_default_dtype(model_config.dtype)
     try:
         with _device_module_is_cpu(), FakeTensorMode(allow_non_fake_inputs=True):
-            model = loader._initialize_model(model_config, load_config, quant_config)
+            return loader._initialize_model(model_config, load_config, quant_config)
     finally:
         torch.set_default_dtype(default)
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    return total, type(model).__name__
+
+
+def _bytes_of(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _layers_of(model, model_config, server_args) -> list[int]:
+    """[start, end) of the target's layers on rank 0, as SGLang's model runner
+    resolves them on the built model (``resolve_layer_indices``: its pipeline
+    stage; up to 0.5.22 it also takes the speculative algorithm)."""
+    from sglang.srt.model_executor.model_runner_components.layer_setup import (
+        resolve_layer_indices,
+    )
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    kwargs = dict(model=model, model_config=model_config, is_draft_worker=False)
+    if accepts(resolve_layer_indices, "spec_algorithm"):
+        spec = published_spec()
+        source = spec if spec is not None else server_args
+        kwargs["spec_algorithm"] = SpeculativeAlgorithm.from_string(
+            source.speculative_algorithm
+        )
+    info = resolve_layer_indices(**kwargs)
+    return [info.start_layer, info.end_layer]
 
 
 def _draft_config(server_args, model_config):
@@ -256,11 +279,14 @@ def build(server_args: Any) -> WeightsBuild:
     model_config = ModelConfig.from_server_args(server_args)
     _groups(server_args, model_config)
     widths = check_widths(server_args)
-    target, target_class = _bytes_of(model_config)
+    model = _built(model_config)
+    target, target_class = _bytes_of(model), type(model).__name__
+    layers = _layers_of(model, model_config, server_args)
     draft, draft_class = 0, None
     draft_config = _draft_config(server_args, model_config)
     if draft_config is not None:
-        draft, draft_class = _bytes_of(draft_config)
+        draft_model = _built(draft_config)
+        draft, draft_class = _bytes_of(draft_model), type(draft_model).__name__
     return WeightsBuild(
         target_bytes=target,
         draft_bytes=draft,
@@ -268,4 +294,13 @@ def build(server_args: Any) -> WeightsBuild:
         draft_class=draft_class,
         tp=widths["TP"],  # as SGLang's groups have them (checked)
         ep=widths["EP"],
+        attn_tp=_built_attention_tp(),
+        layers=layers,
     )
+
+
+def _built_attention_tp() -> int:
+    """The width of the attention-TP group SGLang built for rank 0."""
+    from sglang.srt.distributed import parallel_state as ps
+
+    return ps.get_attn_tensor_model_parallel_world_size()

@@ -96,6 +96,10 @@ class WeightsBuild:
     draft_class: str | None = None
     tp: int = 1
     ep: int = 1
+    # Rank 0's layout as SGLang built it: the attention-TP group's width and the
+    # target model's [start, end) layers (its pipeline stage).
+    attn_tp: int = 1
+    layers: list[int] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
