@@ -603,13 +603,15 @@ def test_the_census_rank_layout_is_sglangs_groups_and_model_for_rank_0(
     build on a CPU host: ``SRTPlatform.get_device`` raises NotImplementedError.)"""
     from sglang.srt.configs.model_config import ModelConfig
 
+    from sglang_pd_lean import census
     from sglang_pd_lean.census import rank
+    from sglang_pd_lean.census.launch import resolved_fields
 
     server_args = resolved(tmp_path, *flags, kind=kind)
-    widths = rank.rank_widths(server_args)
-    derived = rank.derive(
-        ModelConfig.from_server_args(server_args), server_args, widths, pp_rank=0
-    )
+    with census.published(**resolved_fields(server_args)) as published:
+        widths = rank.rank_widths(published)
+        mc = ModelConfig.from_server_args(published)
+        derived = rank.derive(mc, published, widths, pp_rank=0)
     answer = built_in_process(server_args)
     assert answer.error is None, answer.error
     assert answer.attn_tp == widths.attn_tp_size
