@@ -77,6 +77,8 @@ _KVC = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _RC = "sglang.srt.runtime_context"
 _PS = "sglang.srt.distributed.parallel_state"
 _MR = "sglang.srt.model_executor.model_runner"
+_ML = "sglang.srt.model_loader"
+_LS = "sglang.srt.model_executor.model_runner_components.layer_setup"
 _DPA = "sglang.srt.layers.dp_attention"
 _COMMON = "sglang.srt.utils.common"
 _SPEC = "sglang.srt.speculative"
@@ -277,6 +279,7 @@ SEAMS: tuple[Seam, ...] = (
     _s("sglang.srt.configs.model_config.AttentionArch", Part.REPORT, "MLA backend"),
     _s(f"{_DPA}.compute_dp_attention_world_info", Part.REPORT, "attention TP, DP"),
     _s(f"{_PS}._WORLD", Part.REPORT, "the world group PP sizing all-reduces over"),
+    _s(f"{_ML}.utils.get_model_architecture", Part.REPORT, "the model class: PP?"),
     _s(f"{_RC}.RuntimeContext.override_server_args", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),
@@ -375,6 +378,7 @@ SEAMS: tuple[Seam, ...] = (
         "attention-CP width built (with TP: the attention-DP width)",
     ),
     _s("sglang.srt.configs.load_config.LoadConfig", Part.WEIGHTS, "dummy load"),
+    _s(f"{_LS}.resolve_layer_indices", Part.WEIGHTS, "the target's layers"),
     _s(
         "sglang.srt.model_loader.loader._initialize_model",
         Part.WEIGHTS,

@@ -29,6 +29,7 @@ from sglang_pd_lean.census.inputs import (
 )
 from sglang_pd_lean.census.pools import published
 from sglang_pd_lean.census.rank import Widths, parallel_layout, rank_widths
+from sglang_pd_lean.shims import accepts
 
 _model_folders: dict[str, str] = {}
 
@@ -97,13 +98,11 @@ def check_pipeline_support(mc, pp: int) -> None:
     figures for a server that would not start."""
     if pp <= 1:
         return
-    import inspect
-
     from sglang.srt.model_loader.utils import get_model_architecture
 
     with sglang_rejects("SGLang cannot pick this model's class"):
         model_class, _ = get_model_architecture(mc)
-    if "pp_proxy_tensors" not in inspect.signature(model_class.forward).parameters:
+    if not accepts(model_class.forward, "pp_proxy_tensors"):
         raise CensusError(
             f"SGLang stops this launch at --pp-size {pp}: 'Pipeline Parallel is not "
             f"compatible with this model.' ({model_class.__name__}.forward takes no "
