@@ -96,7 +96,6 @@ def rank0_groups(server_args, sglang_state, monkeypatch):
     up (``census.weights``) before it sets up attention DP."""
     import torch.distributed as dist
     from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.layers import dp_attention
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     for name, value in weights.CHILD_ENV.items():
@@ -117,7 +116,7 @@ def rank0_groups(server_args, sglang_state, monkeypatch):
         "tensor_model_parallel_size"
         in inspect.signature(ps.initialize_model_parallel).parameters
     ):  # up to 0.5.20 the widths are passed, later they are published
-        widths = model_build._width_kwargs(server_args, ps, dp_attention)
+        widths = model_build._width_kwargs(server_args, ps)
     ps.initialize_model_parallel(backend="fake", **widths)
     return server_args
 
@@ -447,11 +446,10 @@ def test_a_release_that_takes_widths_gets_the_launchs_and_no_other(
     TP, PP and attention-DP split (TP 2 over 2 attention-DP ranks: attention TP 1)
     go in; a width it no longer takes is refused unless it is 1."""
     from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.layers import dp_attention
 
     if not shims.accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
         pytest.skip("this SGLang reads the widths from the published launch")
-    got = model_build._width_kwargs(server_args, ps, dp_attention)
+    got = model_build._width_kwargs(server_args, ps)
     assert got["tensor_model_parallel_size"] == TP
     assert got["pipeline_model_parallel_size"] == 1
     assert got["expert_model_parallel_size"] == 1
@@ -463,7 +461,7 @@ def test_a_release_that_takes_widths_gets_the_launchs_and_no_other(
 
     bare = types.SimpleNamespace(initialize_model_parallel=narrowed)
     with pytest.raises(model_build.WidthMismatch) as raised:
-        model_build._width_kwargs(server_args, bare, dp_attention)
+        model_build._width_kwargs(server_args, bare)
     # Every width it no longer takes that is not 1, in one line; EP 1 is not one.
     assert str(raised.value) == (
         "this SGLang's initialize_model_parallel takes no "

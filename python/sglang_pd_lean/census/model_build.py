@@ -37,6 +37,7 @@ from typing import Any
 from sglang_pd_lean.census.results import WeightsBuild
 from sglang_pd_lean.shims import (
     accepts,
+    attention_split,
     has_draft_model,
     init_dp_attention,
     publish_rank0,
@@ -112,18 +113,14 @@ def check_widths(server_args) -> dict[str, int]:
     return built
 
 
-def _width_kwargs(server_args, ps, dp_attention) -> dict[str, int]:
+def _width_kwargs(server_args, ps) -> dict[str, int]:
     """``initialize_model_parallel``'s width arguments on releases that take them:
     the scheduler's, from the server args and SGLang's own DP-attention split, for
     rank 0. A width this SGLang no longer takes (value other than 1) raises
     ``WidthMismatch``: building without it would build the wrong groups."""
     tp = server_args.tp_size
-    _, _, _, attn_dp = dp_attention.compute_dp_attention_world_info(
-        server_args.enable_dp_attention,
-        0,
-        tp,
-        server_args.dp_size,
-        getattr(server_args, "attn_cp_size", 1),
+    _, attn_dp = attention_split(
+        server_args, tp=tp, attn_cp=getattr(server_args, "attn_cp_size", 1)
     )
     widths = {
         "tensor_model_parallel_size": tp,
@@ -155,7 +152,6 @@ def _groups(server_args, model_config) -> None:
     """SGLang's process groups for rank 0 of the launch, over torch's fake group."""
     import torch.distributed as dist
     from sglang.srt.distributed import parallel_state as ps
-    from sglang.srt.layers import dp_attention
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     world = server_args.tp_size * server_args.pp_size
@@ -170,7 +166,7 @@ def _groups(server_args, model_config) -> None:
         )
         widths = {}
         if accepts(ps.initialize_model_parallel, "tensor_model_parallel_size"):
-            widths = _width_kwargs(server_args, ps, dp_attention)
+            widths = _width_kwargs(server_args, ps)
         ps.initialize_model_parallel(backend="fake", **widths)
     finally:
         dist.new_group = new_group
