@@ -63,15 +63,32 @@ class Ledger:
     end: dict
 
 
-def read_ledger(path: str) -> Ledger:
-    """A ledger file; fails unless it has its one opening and one closing line
-    (no closing line: the scheduler's start-up never returned)."""
+def read_ledgers(path: str) -> list[Ledger]:
+    """Every block of a ledger file, one per rank (in the order written); fails
+    unless each block has its one opening and one closing line (no closing line:
+    that scheduler's start-up never returned)."""
     with open(path) as f:
         lines = [json.loads(line) for line in f if line.strip()]
-    starts = [i for i, line in enumerate(lines) if line.get("start")]
-    ends = [i for i, line in enumerate(lines) if line.get("end")]
-    assert (starts, ends) == ([0], [len(lines) - 1]), f"{path}: {starts}, {ends}"
-    return Ledger(lines[1:-1], frozenset(lines[0]["modules"]), lines[-1])
+    blocks, start = [], None
+    for i, line in enumerate(lines):
+        if line.get("start"):
+            assert start is None, f"{path}: line {i} opens a block inside another"
+            start = i
+        elif line.get("end"):
+            assert start is not None, f"{path}: line {i} closes no block"
+            blocks.append(
+                Ledger(lines[start + 1 : i], frozenset(lines[start]["modules"]), line)
+            )
+            start = None
+    assert start is None and blocks, f"{path}: {len(blocks)} blocks, one left open"
+    return blocks
+
+
+def read_ledger(path: str) -> Ledger:
+    """A one-rank server's ledger file (exactly one block)."""
+    blocks = read_ledgers(path)
+    assert len(blocks) == 1, f"{path}: {len(blocks)} blocks, one expected"
+    return blocks[0]
 
 
 def imported_before(entries: list[dict], modules: frozenset[str]) -> list[dict]:

@@ -222,8 +222,10 @@ class Runs:
         """A not yet started ``Server`` for the run ``name`` of ``RUNS`` (or of
         ``e2e_algos.ALGO_RUNS``: another speculative algorithm)."""
         if name in SHAPE_RUNS:
-            folder, args = shape_args(name, self.workdir)
-            return Server(folder, [*args, *added], device=device, workdir=self.workdir)
+            folder, args, env = shape_args(name, self.workdir)
+            return Server(
+                folder, [*args, *added], device=device, workdir=self.workdir, env=env
+            )
         if name in ALGO_RUNS:
             args, env = algo_args(name, self.workdir)
             return Server(

@@ -27,8 +27,10 @@ does not build allocates nothing); storages made outside the dispatcher
 The entries are written as JSON lines when ``Scheduler.__init__`` returns or
 raises, after one line ``{"start": true, "modules": [...]}`` (the SGLang modules
 already imported when it began) and before one line ``{"end": true, "entries": n,
-"errors": e, "pid": p}``. A failure inside the ledger is counted in ``errors`` and
-never reaches the server.
+"errors": e, "pid": p, "tp_rank": t, "pp_rank": p, "attn_dp_rank": d}`` (the
+ranks SGLang's ``get_parallel()`` gives the scheduler), in one write to the file opened for appending, so each rank of
+a multi-rank server adds its own block. A failure inside the ledger is counted in
+``errors`` and never reaches the server.
 """
 
 from __future__ import annotations
@@ -104,6 +106,17 @@ def _new_storages(func, args, kwargs, out) -> list:
     return found
 
 
+def _ranks() -> dict:
+    """This process's ranks, as SGLang's runtime context publishes them."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        ps = get_parallel()
+        return {f"{n}_rank": getattr(ps, f"{n}_rank") for n in ("tp", "pp", "attn_dp")}
+    except Exception as exc:  # a label, never a failure
+        return {"ranks_unknown": repr(exc)}
+
+
 def _ledger_mode():
     from torch.multiprocessing.reductions import StorageWeakRef
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -142,14 +155,22 @@ def _ledger_mode():
                 self.entries.append((entry, StorageWeakRef(storage)))
 
         def write(self, path: str) -> None:
-            with open(path, "a") as f:
-                f.write(json.dumps({"start": True, "modules": self.modules}) + "\n")
-                for entry, ref in self.entries:
-                    entry["live"] = not ref.expired()
-                    f.write(json.dumps(entry) + "\n")
-                end = {"end": True, "entries": len(self.entries)}
-                f.write(json.dumps({**end, "errors": self.errors, "pid": os.getpid()}))
-                f.write("\n")
+            """One block of lines, in one ``write`` to a file opened for appending:
+            the ranks of a multi-rank server share the file, block by block."""
+            lines = [json.dumps({"start": True, "modules": self.modules})]
+            for entry, ref in self.entries:
+                entry["live"] = not ref.expired()
+                lines.append(json.dumps(entry))
+            end = {"end": True, "entries": len(self.entries), "errors": self.errors}
+            end["pid"] = os.getpid()
+            end.update(_ranks())
+            lines.append(json.dumps(end))
+            data = ("\n".join(lines) + "\n").encode()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
     return Ledger()
 

@@ -56,6 +56,16 @@ that need one. None of them does work the start-up depends on:
    run; torch's CUDA build fails to create one without a driver. Stand-in: during
    that method, ``torch.cuda.Stream`` is ``torch.cpu.Stream`` (as the report's
    weights build does on a host without CUDA); a stream holds no memory.
+8. ``NCCLLibrary(library_path)`` in ``PyNcclCommunicator.__init__``
+   (``sglang/srt/distributed/device_communicators/pynccl.py``), which every process
+   group of more than one rank builds (``GroupCoordinator.__init__``): SGLang
+   catches a failure there as "missing NCCL library, e.g. in a non-GPU
+   environment" and runs the group on its gloo CPU group alone. The venvs' CUDA
+   torch build ships ``libnccl``, so the library loads, and the communicator then
+   fails on the CPU device (``ValueError: Expected a cuda device, but got: cpu``).
+   Stand-in: during that method, loading the library raises ``OSError``, as on a
+   host with no NCCL; multi-rank CPU servers (TP 2, PP 2, attention DP) then start
+   as SGLang's non-GPU branch intends.
 """
 
 from __future__ import annotations
@@ -186,8 +196,22 @@ def _cuda_zeros_on_cpu(original):
     return _while_replaced(original, torch, "zeros", stand_in)
 
 
+def _no_nccl_library(original):
+    def stand_in(library):
+        def no_library(*args, **kwargs):
+            raise OSError("test/e2e stand-in: no NCCL library on a CPU test server")
+
+        return no_library
+
+    return _while_replaced(
+        original, lambda: sys.modules[PYNCCL], "NCCLLibrary", stand_in
+    )
+
+
+PYNCCL = "sglang.srt.distributed.device_communicators.pynccl"
 # module -> [(class, method, wrapper)], applied right after the module is imported.
 PATCHES = {
+    PYNCCL: [("PyNcclCommunicator", "__init__", _no_nccl_library)],
     MEMORY_POOL: [
         ("MHATokenToKVPool", "_init_kv_copy_and_warmup", _no_kv_copy_warmup_launch),
         ("MambaPool", "__init__", _cuda_zeros_on_cpu),
