@@ -8,12 +8,16 @@
 #   scripts/test.sh -m "not e2e"                    the fast subset: no servers
 #   scripts/test.sh -k pool                         extra arguments go to pytest
 #   SGLANG_PD_LEAN_E2E_VERSIONS=0.5.23              where the e2e servers run
-#   SGLANG_PD_LEAN_JOBS=2                           releases without servers run
-#                                                   this many at a time
-# The e2e releases run first, one at a time, their output shown as it comes (their
-# servers are timed); then every other release's venv is set up, one after another
-# (the editable install writes into this checkout), and their suites run side by
-# side, each pytest's output shown whole when it ends.
+#   SGLANG_PD_LEAN_JOBS=2                           unit suites run this many at a
+#                                                   time once no server runs
+# First every venv is set up, one after another (the editable install writes into
+# this checkout). Then two lanes run side by side:
+# - servers: test/e2e on each e2e release, one release at a time, its output shown as
+#   it comes. A CPU server leaves about 40% of two cores idle (it waits on its
+#   processes' start-up, its tests on it), so
+# - units: the rest of the suite on every release runs beside it, one release at a
+#   time while the servers run, then SGLANG_PD_LEAN_JOBS at a time; each pytest's
+#   output is shown whole when it ends.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 all="0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
@@ -28,64 +32,88 @@ logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 started=$SECONDS
 
-# run_release VERSION SERVERS(0|1) [PYTEST ARGS]: set-up and pytest, all output on
-# stdout.
-run_release() {
-  local version="$1" servers="$2" start=$SECONDS venv
-  shift 2
-  local setup=() extra=(--ignore=test/e2e)
-  if [ "$servers" = 1 ]; then setup=(--server); extra=(); fi
-  {
-    if ! venv="$(bash "$here/scripts/ensure_venv.sh" "$version" "${setup[@]}")"; then
-      echo "=== SGLang $version: set-up FAILED"
-      echo setup > "$logs/$version.failed"
-      return
-    fi
-    echo "=== SGLang $version: pytest ($venv; set-up $((SECONDS - start)) s)"
-    start=$SECONDS
-    (cd "$here" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=5 \
-      "${extra[@]}" "$@") || echo pytest > "$logs/$version.failed"
-    echo "=== SGLang $version: pytest took $((SECONDS - start)) s" \
-      "$([ "$servers" = 1 ] && echo "(with the e2e servers)" || echo "(no e2e servers)")"
-  } 2>&1
-}
-
-serial=()
-parallel=()
+servers=()
 for version in $versions; do
   if [ "$with_e2e" = 1 ] && [[ "$e2e_versions" == *" $version "* ]]; then
-    serial+=("$version")
-  else
-    parallel+=("$version")
+    servers+=("$version")
   fi
 done
-for version in "${serial[@]}"; do
-  run_release "$version" 1 "$@"
+
+# Set-up, one release after another; a release whose set-up fails is marked and
+# skipped by both lanes.
+declare -A venv_of
+for version in $versions; do
+  start=$SECONDS
+  setup=()
+  [[ " ${servers[*]} " == *" $version "* ]] && setup=(--server)
+  if venv="$(bash "$here/scripts/ensure_venv.sh" "$version" "${setup[@]}")"; then
+    venv_of[$version]="$venv"
+    echo "=== SGLang $version: set-up $((SECONDS - start)) s ($venv)"
+  else
+    echo "=== SGLang $version: set-up FAILED"
+    echo setup > "$logs/$version.failed"
+  fi
 done
-# Set-up one release after another (the shared base, the editable install into this
-# checkout); a failure shows again in that release's run.
-for version in "${parallel[@]}"; do
-  bash "$here/scripts/ensure_venv.sh" "$version" > /dev/null \
-    || echo "=== SGLang $version: set-up failed (its run says more)"
-done
+
+# run_pytest VERSION LANE(units|servers) [PYTEST ARGS]: one pytest, all output on
+# stdout; a failure is marked for the summary.
+run_pytest() {
+  local version="$1" lane="$2" start=$SECONDS
+  shift 2
+  local scope=(--ignore=test/e2e)
+  [ "$lane" = servers ] && scope=(test/e2e)
+  echo "=== SGLang $version: pytest, $lane"
+  local rc=0
+  (cd "$here" && "${venv_of[$version]}/bin/python" -m pytest -q -p no:cacheprovider \
+    --durations=5 "${scope[@]}" "$@") 2>&1 || rc=$?
+  # 5: pytest selected nothing, which a -k or -m of the caller may do to one lane.
+  if [ "$rc" != 0 ] && ! { [ "$rc" = 5 ] && [ $# -gt 0 ]; }; then
+    echo "$lane" >> "$logs/$version.failed"
+  fi
+  echo "=== SGLang $version: pytest, $lane, took $((SECONDS - start)) s"
+}
+
+server_lane=""
+if [ ${#servers[@]} -gt 0 ]; then
+  (
+    for version in "${servers[@]}"; do
+      [ -n "${venv_of[$version]:-}" ] && run_pytest "$version" servers "$@"
+    done
+  ) &
+  server_lane=$!
+fi
+
 running=()
-for version in "${parallel[@]}"; do
-  run_release "$version" 0 "$@" > "$logs/$version" &
+for version in $versions; do
+  [ -n "${venv_of[$version]:-}" ] || continue
+  run_pytest "$version" units "$@" > "$logs/$version.units" &
   running+=("$!:$version")
-  while [ ${#running[@]} -ge "$jobs" ]; do
+  while :; do
+    limit="$jobs"
+    if [ -n "$server_lane" ] && kill -0 "$server_lane" 2> /dev/null; then
+      limit=1
+    fi
+    [ ${#running[@]} -lt "$limit" ] && break
+    # Wait for the oldest unit run (or, while it runs, poll so that the limit
+    # rises as soon as the server lane ends).
+    if kill -0 "${running[0]%%:*}" 2> /dev/null; then
+      sleep 5
+      continue
+    fi
     wait "${running[0]%%:*}"
-    cat "$logs/${running[0]#*:}"
+    cat "$logs/${running[0]#*:}.units"
     running=("${running[@]:1}")
   done
 done
 for entry in "${running[@]}"; do
   wait "${entry%%:*}"
-  cat "$logs/${entry#*:}"
+  cat "$logs/${entry#*:}.units"
 done
+[ -n "$server_lane" ] && wait "$server_lane"
 
 failed=()
 for version in $versions; do
-  [ -f "$logs/$version.failed" ] && failed+=("$version ($(cat "$logs/$version.failed"))")
+  [ -f "$logs/$version.failed" ] && failed+=("$version ($(sort -u "$logs/$version.failed" | paste -sd,))")
 done
 echo "=== $(echo $versions | wc -w) release(s) in $((SECONDS - started)) s"
 if [ ${#failed[@]} -gt 0 ]; then
