@@ -943,3 +943,47 @@ def test_an_https_url_keeps_its_scheme():
     assert fleet.normalize("https://p:1/") == "https://p:1"
     assert fleet.normalize("HTTP://p:1") == "HTTP://p:1"
     assert fleet.normalize("http://prefill-X/") == "http://prefill-X"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("gates", ["pool"]),
+        ("gates", {"pool": 3}),
+        ("not_allocated_bytes", {"verify ssm snapshots": "12"}),
+        ("not_allocated_bytes", {"verify ssm snapshots": True}),
+        ("not_allocated_bytes", ["verify ssm snapshots"]),
+        ("stepped_aside_because", "graph"),
+        ("total_rest_memory_gib", "91.2"),
+        ("sglang_version", 17),
+        ("budget", [1, 2]),
+    ],
+)
+def test_a_record_with_a_field_of_another_type_is_judged_not_raised(
+    capsys, field, value
+):
+    """A prefill target whose record has a field of another type (another plugin,
+    a corrupted answer) fails the check with that field named, as JSON too; never a
+    traceback. A decode server with such a record is listed and passes."""
+    from sglang_pd_lean.record import Record, UnreadableRecord
+
+    doc = copy.deepcopy(recorded(RELEASES[0], "prefill"))
+    doc["internal_states"][0]["pd_lean"][field] = value
+    with pytest.raises(UnreadableRecord, match=field):
+        Record.read(doc["internal_states"][0]["pd_lean"])
+    for args in (["--no-predict"], []):
+        with served(doc) as urls:
+            code, out, err = check(capsys, *args, *urls)
+        assert code == 1, (out, err)
+        assert f"rank 0: plugin record unreadable: {field}: " in out + err
+        assert "Traceback" not in out + err
+    with served(doc) as urls:
+        code, out, err = check(capsys, "--no-predict", "--json", *urls)
+    rank = json.loads(out)["servers"][0]["ranks"][0]
+    assert rank["plugin"] == "record unreadable"
+    assert rank["record_error"].startswith(f"{field}: ")
+    decode = copy.deepcopy(recorded(RELEASES[0], "decode"))
+    decode["internal_states"][0]["pd_lean"][field] = value
+    with served(decode) as urls:
+        code, out, err = check(capsys, "--no-predict", *urls)
+    assert code == 0 and "record unreadable" in out, (out, err)

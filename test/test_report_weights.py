@@ -172,6 +172,20 @@ def test_attention_dp_reaches_sglangs_groups(checkpoint, built):
         assert built[2]["weights_bytes"] < target < built[1]["weights_bytes"], flags
 
 
+def test_plain_data_parallelism_builds_each_replica_as_its_tp(checkpoint):
+    """``--dp 2`` without attention DP: each replica is a whole TP 2 model, so a
+    rank holds what a TP 2 rank holds, built by SGLang's class for rank 0 of TP 2
+    (a width check that took the DP width for attention's, or refused plain DP,
+    would fall back to the index or build another split)."""
+    base = ("--model-path", checkpoint, "--tp", "2")
+    tp = unified_memory(base)
+    dp = unified_memory((*base, "--dp", "2"))
+    for memory in (tp, dp):
+        source = memory["weights_source"]
+        assert "for rank 0 of TP 2, EP 1: Qwen3NextForCausalLM" in source, source
+    assert dp["weights_bytes"] == tp["weights_bytes"]
+
+
 def test_expert_parallelism_reaches_sglangs_groups(capsys):
     """``--ep 4`` at TP 4: SGLang's own MoE group the model is built in has 4 ranks
     (each holds a quarter of the experts, whole, instead of a quarter of each)."""

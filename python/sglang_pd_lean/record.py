@@ -74,16 +74,19 @@ class Record:
     @classmethod
     def read(cls, entry: Any) -> Record | None:
         """A served entry -> ``Record``; None where it is not one (no plugin). A
-        key missing, or of another type (another release of the plugin), reads
-        as its default."""
+        key missing reads as its default (a release of the plugin without it);
+        a value of another type raises ``UnreadableRecord`` naming it, so that
+        ``check`` judges the server instead of failing on the value later."""
         if not isinstance(entry, dict):
             return None
-        empty, fields = cls(), {}
-        for name, default in dataclasses.asdict(empty).items():
+        fields = {}
+        for name in (f.name for f in dataclasses.fields(cls)):
             value = entry.get(name)
-            wrong = default is not None and type(value) is not type(default)
-            if value is None or wrong:
+            if value is None:
                 continue
+            wrong = _wrong_type(name, value)
+            if wrong:
+                raise UnreadableRecord(f"{name}: {wrong}")
             fields[name] = copy.deepcopy(value)
         return cls(**fields)
 
@@ -92,6 +95,47 @@ class Record:
         None where it recorded none."""
         figures = self.budget.get(column)
         return figures.get(key) if isinstance(figures, dict) else None
+
+
+class UnreadableRecord(ValueError):
+    """A served record with a field of another type than ``Record`` gives it."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# field -> (what it must be, the test of each of its values if a mapping)
+_FIELD_TYPES = {
+    "sglang_version": ("a string", lambda v: isinstance(v, str), None),
+    "gates": ("a mapping", lambda v: isinstance(v, dict), ("a string", str)),
+    "stepped_aside_because": (
+        "a mapping",
+        lambda v: isinstance(v, dict),
+        ("a string", str),
+    ),
+    "not_allocated_bytes": (
+        "a mapping",
+        lambda v: isinstance(v, dict),
+        ("a whole number of bytes", int),
+    ),
+    "total_rest_memory_gib": ("a number", _number, None),
+    "budget": ("a mapping", lambda v: isinstance(v, dict), None),
+}
+
+
+def _wrong_type(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the field ``name`` of a ``Record``; None if it can."""
+    what, test, items = _FIELD_TYPES[name]
+    if not test(value):
+        return f"{type(value).__name__} {value!r:.60}, not {what}"
+    if items is not None:
+        item_what, item_type = items
+        for key, item in value.items():
+            ok = isinstance(item, item_type) and not isinstance(item, bool)
+            if not isinstance(key, str) or not ok:
+                return f"[{key!r:.40}] is {item!r:.60}, not {item_what}"
+    return None
 
 
 _record = Record()

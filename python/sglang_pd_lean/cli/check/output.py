@@ -86,6 +86,7 @@ def server_json(server: Server) -> dict:
             {
                 "rank": rank.index,
                 "plugin": str(rank.state),
+                "record_error": rank.record_error,
                 "gates": rank.gates,
                 "not_allocated_bytes": rank.not_allocated_bytes,
                 "budget": rank.budget or None,

@@ -24,7 +24,7 @@ from typing import Any
 
 from sglang_pd_lean.cli.args import UsageError
 from sglang_pd_lean.compat import SUPPORTED, GateState, release
-from sglang_pd_lean.record import Record
+from sglang_pd_lean.record import Record, UnreadableRecord
 
 # Gate states in a record that leave a prefill target's verify work in place.
 NOT_APPLIED = (
@@ -44,6 +44,7 @@ class PluginState(str, Enum):
     ACTIVE = "active"  # a record: the plugin registered its gates
     ABSENT = "absent"  # no record on a supported release
     UNSUPPORTED = "unsupported release"  # no record, and not a release we support
+    UNREADABLE = "record unreadable"  # a record with a field of another type
 
     def __str__(self) -> str:
         return self.value
@@ -58,6 +59,7 @@ class Rank:
     record: Record | None  # the plugin's record, as the server reported it
     kv_tokens: int | None  # the KV cache's token capacity the rank reports
     mamba_slots: int | None  # the mamba slots the rank schedules with
+    record_error: str | None = None  # why the record could not be read
 
     @property
     def gates(self) -> dict[str, str]:
@@ -112,6 +114,8 @@ class Server:
                 )
             elif rank.state is PluginState.ABSENT:
                 found.append(where + NO_RECORD)
+            elif rank.state is PluginState.UNREADABLE:
+                found.append(f"{where}plugin record unreadable: {rank.record_error}")
             for gate, state in rank.gates.items():
                 if state in NOT_APPLIED:
                     found.append(f"{where}{gate} gate {state}")
@@ -167,15 +171,21 @@ def read_server(url: str, info: Any) -> Server:
     ranks = []
     for index, state in enumerate(states):
         state = state if isinstance(state, dict) else {}
-        record = Record.read(state.get("pd_lean"))
-        if record is not None:
+        error = None
+        try:
+            record = Record.read(state.get("pd_lean"))
+        except UnreadableRecord as exc:
+            record, error = None, str(exc)
+        if error is not None:
+            plugin = PluginState.UNREADABLE
+        elif record is not None:
             plugin = PluginState.ACTIVE
         else:
             plugin = PluginState.ABSENT if supported else PluginState.UNSUPPORTED
         usage = state.get("memory_usage") or {}
         tokens = usage.get("token_capacity", info.get("max_total_num_tokens"))
         slots = state.get("max_mamba_cache_size")
-        ranks.append(Rank(index, plugin, record, tokens, slots))
+        ranks.append(Rank(index, plugin, record, tokens, slots, error))
     return Server(url, info, tuple(ranks))
 
 
