@@ -110,3 +110,51 @@ def test_the_first_candidate_that_resolves_wins():
         real,
         "",
     )
+
+
+def _server_only_modules() -> list[str]:
+    """Top-level modules of the packages ``scripts/ensure_venv.sh`` installs only
+    with ``--server`` (``server_deps``, ``transfer_deps``), as installed here."""
+    import importlib.metadata
+    import re
+
+    script = (PACKAGE.parent.parent / "scripts" / "ensure_venv.sh").read_text()
+    dists = set()
+    for array in ("server_deps", "transfer_deps"):
+        found = re.search(rf"^{array}=\(([^)]*)\)", script, re.M)
+        assert found, f"scripts/ensure_venv.sh has no {array}"
+        dists |= {
+            re.split(r"[<>=!~ ]", word, 1)[0].lower().replace("_", "-")
+            for word in found[1].split()
+        }
+    modules = importlib.metadata.packages_distributions()
+    return sorted(
+        module
+        for module, owners in modules.items()
+        if any(owner.lower().replace("_", "-") in dists for owner in owners)
+    )
+
+
+def test_every_seam_resolves_without_the_server_only_packages():
+    """A release's venv without ``--server`` (``scripts/check_release.sh`` on a clean
+    machine) resolves every seam: in a fresh interpreter the packages only
+    ``--server`` installs read as absent (``None`` in ``sys.modules``: an import
+    fails, ``find_spec`` answers None), and no seam is missing. (uvloop, once
+    server-only, is imported by ``Engine`` and the detokenizer: three seams.)"""
+    import json
+    import subprocess
+    import sys
+
+    hidden = _server_only_modules()
+    code = (
+        "import json, sys\n"
+        f"for name in {hidden!r}:\n"
+        "    sys.modules[name] = None\n"
+        "from sglang_pd_lean import survey\n"
+        "print(json.dumps([m.line for m in survey.missing()]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [], hidden
