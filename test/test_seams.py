@@ -124,7 +124,7 @@ def _server_only_modules() -> list[str]:
         found = re.search(rf"^{array}=\(([^)]*)\)", script, re.M)
         assert found, f"scripts/ensure_venv.sh has no {array}"
         dists |= {
-            re.split(r"[<>=!~ ]", word, 1)[0].lower().replace("_", "-")
+            re.split(r"[<>=!~ ]", word, maxsplit=1)[0].lower().replace("_", "-")
             for word in found[1].split()
         }
     modules = importlib.metadata.packages_distributions()
