@@ -29,7 +29,6 @@ for arg in "$@"; do
   [[ "$arg" == *"not e2e"* ]] && with_e2e=0
 done
 logs="$(mktemp -d)"
-trap 'rm -rf "$logs"' EXIT
 started=$SECONDS
 
 servers=()
@@ -38,6 +37,36 @@ for version in $versions; do
     servers+=("$version")
   fi
 done
+
+# The checkout each venv had installed editable before this run (set-up and the
+# wrapper's doc tests install this one): put back at the end, so that running the
+# tests leaves another clone's venvs as they were.
+venvs="${SGLANG_PD_LEAN_VENVS:-$HOME/.cache/sglang-pd-lean}"
+editable_of() {
+  local url
+  url="$(cat "$1"/lib/python*/site-packages/sglang_pd_lean-*.dist-info/direct_url.json 2>/dev/null \
+    | grep -o '"url": *"file://[^"]*"' | sed 's/.*file:\/\///; s/"$//' | head -n 1)"
+  echo "$url"
+}
+declare -A editable_before
+for version in $versions; do
+  editable_before[$version]="$(editable_of "$venvs/sglang-$version")"
+done
+put_back() {
+  local version before venv
+  for version in $versions; do
+    before="${editable_before[$version]}"
+    venv="$venvs/sglang-$version"
+    [ -n "$before" ] && [ "$before" != "$here" ] && [ -f "$before/pyproject.toml" ] || continue
+    [ "$(editable_of "$venv")" = "$before" ] && continue
+    if "$venv/bin/python" -m pip --disable-pip-version-check -qq install --no-deps \
+      --no-build-isolation -e "$before" > /dev/null 2>&1; then
+      echo "$before $(cksum < "$before/pyproject.toml")" > "$venv/.sglang-pd-lean-editable"
+      echo "=== SGLang $version: its venv's editable install put back to $before"
+    fi
+  done
+}
+trap 'put_back; rm -rf "$logs"' EXIT
 
 # Set-up, one release after another; a release whose set-up fails is marked and
 # skipped by both lanes.
