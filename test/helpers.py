@@ -59,6 +59,7 @@ NATIVE_FROM = {
     "frozen_kv_graph": None,
     "multi_layer_graph": None,
     "dflash_graph": None,
+    "adaptive": None,
 }
 
 

@@ -27,18 +27,24 @@ def matrix():
 # read by hand (independent of the audit's own checks): a gate's name where the
 # plugin removes it (native where the release or a patch does it itself).
 DRAFT_PIECES = {
-    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "-"),
-    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "-"),
-    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "-"),
-    "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-"),
-    "DFlashWorkerV2": ("dflash_graph", "-", "dflash_graph"),
+    # SGLang takes --speculative-adaptive for EAGLE / EAGLE3 on EAGLEWorkerV2 only.
+    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "-", "adaptive"),
+    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "-", "-"),
+    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "-", "-"),
+    "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-", "-"),
+    "DFlashWorkerV2": ("dflash_graph", "-", "dflash_graph", "-"),
     # DSPARK asks the disaggregation mode itself from 0.5.17.
-    "DSparkWorkerV2": ("dspark", "-", "dspark"),
+    "DSparkWorkerV2": ("dspark", "-", "dspark", "-"),
     # UNO (0.5.20+) captures its tree draft graph only with the target's.
-    "UnoWorkerV2": ("native", "-", "-"),
-    "NGRAMWorker": ("-", "-", "-"),
+    "UnoWorkerV2": ("native", "-", "-", "-"),
+    "NGRAMWorker": ("-", "-", "-", "-"),
 }
-DRAFT_KEYS = ("draft_decode_graph", "draft_extend_graph", "verify_buffers")
+DRAFT_KEYS = (
+    "draft_decode_graph",
+    "draft_extend_graph",
+    "verify_buffers",
+    "adaptive_states",
+)
 
 
 def expected_state(word: str) -> State:

@@ -27,6 +27,7 @@ GATE_TARGETS = {
     "frozen_kv_graph": "sglang.srt.speculative.frozen_kv_mtp_worker_v2.FrozenKVMTPDraftWorker._capture_cuda_graphs",
     "multi_layer_graph": "sglang.srt.speculative.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker._capture_cuda_graphs",
     "dflash_graph": "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2.init_cuda_graphs",
+    "adaptive": "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController.init_states",
 }
 
 
@@ -122,6 +123,7 @@ def test_expected_gates_follow_the_release_asked_about():
         "frozen_kv_graph",
         "multi_layer_graph",
         "dflash_graph",
+        "adaptive",
     }
 
 

@@ -60,6 +60,7 @@ PIECES = (
     Piece("draft_decode_graph", "draft decode graph", "draft"),
     Piece("draft_extend_graph", "draft-extend graph", "draft"),
     Piece("verify_buffers", "own verify buffers", "draft"),
+    Piece("adaptive_states", "adaptive states", "draft"),
 )
 PIECE_KEYS = tuple(piece.key for piece in PIECES)
 
@@ -242,6 +243,10 @@ class Audited:
 _EAGLE_DRAFT = f"{_SPEC}.eagle_worker_v2.EagleDraftWorker"
 _EAGLE_GRAPHS = "a decode graph backend is set (--cuda-graph-backend-decode)"
 _NO_BUFFERS = Absent("none of its own")
+# SGLang takes --speculative-adaptive for EAGLE and EAGLE3 (NEXTN resolves to EAGLE)
+# on EAGLEWorkerV2 only (``adaptive_unsupported_reason``).
+_ADAPTIVE = ByGate("adaptive", "--speculative-adaptive is set (EAGLE, EAGLE3, NEXTN)")
+_NOT_ADAPTIVE = Absent("SGLang takes --speculative-adaptive for EAGLE and EAGLE3 only")
 
 AUDITED: dict[str, Audited] = {
     f"{_SPEC}.eagle_worker_v2.EAGLEWorkerV2": Audited(
@@ -250,6 +255,7 @@ AUDITED: dict[str, Audited] = {
             "draft_decode_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
             "draft_extend_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
             "verify_buffers": _NO_BUFFERS,
+            "adaptive_states": _ADAPTIVE,
         },
     ),
     f"{_SPEC}.standalone_worker_v2.StandaloneWorkerV2": Audited(
@@ -266,6 +272,7 @@ AUDITED: dict[str, Audited] = {
                 f"{_SPEC}.standalone_worker_v2.StandaloneDraftWorker",
             ),
             "verify_buffers": _NO_BUFFERS,
+            "adaptive_states": _NOT_ADAPTIVE,
         },
     ),
     f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleWorkerV2": Audited(
@@ -278,6 +285,9 @@ AUDITED: dict[str, Audited] = {
                 f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker",
             ),
             "verify_buffers": _NO_BUFFERS,
+            "adaptive_states": Absent(
+                "SGLang refuses --speculative-adaptive with multi-layer EAGLE"
+            ),
         },
     ),
     f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPWorkerV2": Audited(
@@ -290,6 +300,7 @@ AUDITED: dict[str, Audited] = {
             ),
             "draft_extend_graph": Absent("it captures no draft-extend graph"),
             "verify_buffers": _NO_BUFFERS,
+            "adaptive_states": Absent("it asserts --speculative-adaptive is off"),
         },
         note="also NEXTN / EAGLE with a Gemma 4 assistant draft",
     ),
@@ -307,6 +318,7 @@ AUDITED: dict[str, Audited] = {
                 f"{_EAGLE_GRAPHS} (the sampling head folded into the draft graph)",
                 f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2",
             ),
+            "adaptive_states": _NOT_ADAPTIVE,
         },
     ),
     f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2": Audited(
@@ -320,6 +332,7 @@ AUDITED: dict[str, Audited] = {
                 _dspark_buffers_native,
                 "CUDA graphs are on (its verify epilogue and sampling-accept graph)",
             ),
+            "adaptive_states": _NOT_ADAPTIVE,
         },
     ),
     f"{_SPEC}.uno_worker_v2.UnoWorkerV2": Audited(
@@ -332,6 +345,7 @@ AUDITED: dict[str, Audited] = {
             ),
             "draft_extend_graph": Absent("it captures no draft-extend graph"),
             "verify_buffers": _NO_BUFFERS,
+            "adaptive_states": _NOT_ADAPTIVE,
         },
     ),
     f"{_SPEC}.ngram_worker.NGRAMWorker": Audited(
@@ -340,6 +354,7 @@ AUDITED: dict[str, Audited] = {
             "draft_decode_graph": Absent("no draft model"),
             "draft_extend_graph": Absent("no draft model"),
             "verify_buffers": _NO_BUFFERS,
+            "adaptive_states": _NOT_ADAPTIVE,
         },
     ),
 }

@@ -106,6 +106,7 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
         "_capture_cuda_graphs",
     ),
     "dflash_graph": (f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2.init_cuda_graphs",),
+    "adaptive": (f"{_SPEC}.adaptive_runtime_state.AdaptiveController.init_states",),
 }
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"

@@ -18,6 +18,7 @@ from sglang_pd_lean.gates.base import Gate
 def all_gates() -> list[Gate]:
     """Every gate, in the order the plugin registers them."""
     from sglang_pd_lean.gates import (
+        adaptive,
         autotune,
         budget,
         dflash_graph,
@@ -40,6 +41,7 @@ def all_gates() -> list[Gate]:
         frozen_kv_graph,
         multi_layer_graph,
         dflash_graph,
+        adaptive,
         replayssm,
     )
     return [module.GATE for module in modules]

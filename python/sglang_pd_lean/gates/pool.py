@@ -18,7 +18,9 @@ be measured, the gate acts without a figure. Not registered where the installed
 SGLang would hand the verify state to the decode server (``applicable``): removing
 it there would change the transfer layout. Leaves alone: decode pools
 (``_build_hybrid_mamba_decode_req_pool``), unified-memory pools, draft workers (they
-share the target's pool) and ReplaySSM rings.
+share the target's pool) and ReplaySSM rings. Requires the adaptive gate: with
+``--speculative-adaptive`` upstream would otherwise capture a verify graph of
+another step count on this pool, which asserts ``SpeculativeState``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class PoolGate(Gate):
     summary = "no MambaPool.SpeculativeState on a prefill target"
     targets = seams.HOOK_TARGETS["pool"]
     native_markers = ("disaggregation_mode", "_pd_prefill_skips_mamba_spec_state")
+    # An adaptive runtime state's verify graph capture needs SpeculativeState.
+    requires = ("adaptive",)
 
     def applicable(self) -> str | None:
         transferred = transferred_removed_fields()
