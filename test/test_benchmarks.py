@@ -44,7 +44,9 @@ def test_a_benchmarks_tiny_run_ends_well_and_prints_its_table(script, args, head
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        # startup.py starts processes back to back: beside the e2e servers (CI's
+        # two lanes) it takes several times its ~1 min alone.
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
