@@ -53,6 +53,25 @@ RUNS = {
         ["--disaggregation-mode", "decode", *PD_TRANSFER_ARGS],
         {"SGLANG_PLUGINS": NOT_OUR_PLUGIN},
     ),
+    # --speculative-adaptive (NEXTN resolves to EAGLE, topk 1): the adaptive gate.
+    "prefill, adaptive": (
+        [
+            "--disaggregation-mode",
+            "prefill",
+            *PD_TRANSFER_ARGS,
+            "--speculative-adaptive",
+        ],
+        {},
+    ),
+    "prefill, adaptive, allow-list without us": (
+        [
+            "--disaggregation-mode",
+            "prefill",
+            *PD_TRANSFER_ARGS,
+            "--speculative-adaptive",
+        ],
+        {"SGLANG_PLUGINS": NOT_OUR_PLUGIN},
+    ),
     "null": ([], {}),
     "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
     **LEDGER_RUNS,  # the start-up allocation ledger's (e2e_ledger_runs.py)

@@ -19,6 +19,9 @@ pytestmark = pytest.mark.e2e
 
 # Run names whose server has our plugin loaded and enabled.
 PLUGIN_OFF = ("allow-list without us", "kill switch")
+# Runs upstream cannot start on a CPU: their start-up reaches a GPU call that the
+# plugin removes on a prefill server (test_e2e_adaptive.py holds them to that).
+NO_CPU_START = ("prefill, adaptive, allow-list without us",)
 
 
 def started(runs, name: str, device: str):
@@ -29,6 +32,8 @@ def started(runs, name: str, device: str):
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_report_of_the_servers_own_argv_equals_its_log(runs, device, name):
+    if device == "cpu" and name in NO_CPU_START:
+        pytest.skip("upstream's start-up of this server needs a GPU")
     run = started(runs, name, device)
     result = launch_report(run.argv, run.budget_gib())
     role = result["launch"]["role"]
