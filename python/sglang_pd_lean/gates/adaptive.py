@@ -28,36 +28,25 @@ instead of running a state nobody built.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean import seams
-from sglang_pd_lean.gates.base import Acted, Call, Gate, SteppedAside
+from sglang_pd_lean.gates.base import Acted, Call, Gate, SteppedAside, temporarily
 
 BUILD = "build_adaptive_runtime_state"
 
 
-@contextlib.contextmanager
-def building_only(worker: Any, own: int) -> Iterator[None]:
+def building_only(worker: Any, own: int):
     """For the block, ``worker.build_adaptive_runtime_state`` builds the state of
     ``own`` steps (upstream's call) and returns None for any other; the worker is
-    left as it was (the class's method, or its own attribute)."""
-    had = BUILD in vars(worker)
+    left as it was (``temporarily``)."""
     build = getattr(worker, BUILD)
 
     def own_steps_only(*args: Any, **kwargs: Any) -> Any:
         steps = kwargs.get("speculative_num_steps", args[0] if args else None)
         return build(*args, **kwargs) if steps == own else None
 
-    setattr(worker, BUILD, own_steps_only)
-    try:
-        yield
-    finally:
-        if had:
-            setattr(worker, BUILD, build)
-        else:
-            delattr(worker, BUILD)
+    return temporarily(worker, **{BUILD: own_steps_only})
 
 
 class AdaptiveGate(Gate):

@@ -235,15 +235,22 @@ def until_tripped(fn: Callable, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
 
 @contextlib.contextmanager
 def temporarily(owner: Any, **values: Any) -> Iterator[None]:
-    """Set attributes of ``owner`` for the duration of the block, then restore them."""
+    """Set attributes of ``owner`` for the duration of the block, then restore them:
+    an attribute ``owner`` held itself gets its value back, one it read from its
+    class (a method) is deleted again, so the class answers as before."""
+    own = getattr(owner, "__dict__", None)
     saved = {name: getattr(owner, name) for name in values}
+    borrowed = {name for name in values if own is not None and name not in own}
     for name, value in values.items():
         setattr(owner, name, value)
     try:
         yield
     finally:
         for name, value in saved.items():
-            setattr(owner, name, value)
+            if name in borrowed:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
 
 
 def no_draft_tokens(server_args: Any) -> ReadThrough:
