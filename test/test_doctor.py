@@ -116,7 +116,9 @@ def test_doctor_names_the_import_error_of_a_hooked_module(
 def test_doctor_fails_on_an_unhandled_gate(monkeypatch, capsys):
     target = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.__init__"
     monkeypatch.setattr(
-        compat, "plan", lambda: fake_plan(compat.GateState.UNHANDLED, target)
+        compat,
+        "plan",
+        lambda unused=None: fake_plan(compat.GateState.UNHANDLED, target),
     )
     code, out = doctor(capsys)
     assert code == 1 and "unhandled: pool" in out
@@ -304,7 +306,7 @@ def test_a_gate_with_no_detail_shows_its_summary(monkeypatch):
     monkeypatch.setattr(
         compat,
         "plan",
-        lambda: [
+        lambda unused=None: [
             compat.GatePlan(p.name, f"summary of {p.name}", p.state, "", p.hooks)
             for p in plans
         ],

@@ -6,10 +6,14 @@ interpreter (the launcher's ``python -m sglang.launch_server``, ``Engine.__init_
 ``run_scheduler_process``), with arguments that let it reach its own
 ``load_plugins()`` and fail right after (no server starts). ``load_plugins`` is
 wrapped where the entry function looks it up, to see what that one call imported
-and which hooks it left in ``HookRegistry``. A process that builds no model must
-import nothing because of the plugin that SGLang does not import there anyway (the
-same call under the kill switch) and register no hook; a scheduler rank gets every
-hook ``compat.decide()`` names.
+and which hooks it left in ``HookRegistry``. No process may import anything because
+of the plugin that SGLang does not import there anyway (the same call under the kill
+switch). A process that builds no model registers no hook, or only the launch hook
+where SGLang's scheduler class was already loaded there; a scheduler rank registers
+only the launch hook. The launch hook itself, given a launch, registers the gates
+``compat.decide()`` names but those in a speculative worker module that SGLang's own
+``create_worker`` does not import for that launch, and imports no other
+speculative module than that call does.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import pytest
 from helpers import run_python
 
-from sglang_pd_lean import compat, record
+from sglang_pd_lean import compat, plugin, record
 from sglang_pd_lean.upstream import names_of
 
 SCRIPT = """
@@ -30,11 +34,13 @@ seen = {{}}
 real = plugins.load_plugins
 def wrapped_load_plugins():
     before = set(sys.modules)
+    seen["scheduler_loaded"] = "sglang.srt.managers.scheduler" in sys.modules
     real()
     seen["imported"] = sorted(set(sys.modules) - before)
     seen["hooks"] = sorted(HookRegistry._hooks)
 plugins.load_plugins = wrapped_load_plugins
 {call}
+{after}
 print("RESULT" + json.dumps(seen))
 """
 
@@ -93,9 +99,29 @@ ENTRY = {
 }
 
 
-def load_plugins_in(kind: str, kill_switch: bool = False) -> dict:
+# After a scheduler rank's load_plugins(): the launch of ALGORITHM, given to the
+# plugin's launch hook (or, under the kill switch, to SGLang's own create_worker only).
+LAUNCH = """
+import types
+args = types.SimpleNamespace(speculative_algorithm={algorithm!r},
+                             enable_multi_layer_eagle=False)
+before = set(sys.modules)
+from sglang_pd_lean import compat, plugin
+if compat.kill_switch_on():
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    algorithm = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    if not algorithm.is_none():
+        algorithm.create_worker(args)
+else:
+    plugin.launch(None, args)
+seen["launch_imported"] = sorted(set(sys.modules) - before)
+seen["launch_hooks"] = sorted(HookRegistry._hooks)
+"""
+
+
+def load_plugins_in(kind: str, kill_switch: bool = False, after: str = "") -> dict:
     env = {"SGLANG_PD_LEAN": "0"} if kill_switch else None
-    proc = run_python(SCRIPT.format(call=CALLS[kind]), env=env)
+    proc = run_python(SCRIPT.format(call=CALLS[kind], after=after), env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     seen = json.loads(lines[-1][len("RESULT") :])
@@ -112,23 +138,73 @@ def own(module: str) -> bool:
     return module == "sglang_pd_lean" or module.startswith("sglang_pd_lean.")
 
 
+def foreign(with_plugin: dict, upstream: dict, key: str = "imported") -> set[str]:
+    """What the plugin made the process import that SGLang did not."""
+    extra = set(with_plugin[key]) - set(upstream[key])
+    return {module for module in extra if not own(module)}
+
+
 @pytest.mark.parametrize("kind", ["launcher", "engine", "detokenizer", "dp_controller"])
-def test_a_process_that_builds_no_model_imports_and_hooks_nothing_for_the_plugin(kind):
+def test_a_process_that_builds_no_model_imports_nothing_and_hooks_at_most_the_launch(
+    kind,
+):
     if not reaches_load_plugins(kind):
         pytest.skip(f"this SGLang's {kind} does not load plugins")
     with_plugin = load_plugins_in(kind)
     upstream = load_plugins_in(kind, kill_switch=True)
-    extra = set(with_plugin["imported"]) - set(upstream["imported"])
-    assert {module for module in extra if not own(module)} == set()
-    assert with_plugin["hooks"] == upstream["hooks"] == []
+    assert foreign(with_plugin, upstream) == set()
+    assert upstream["hooks"] == []
+    # Only where SGLang had already loaded its scheduler class here: a scheduler
+    # built in this process after all still gets its gates.
+    expected = [plugin.LAUNCH_TARGET] if with_plugin["scheduler_loaded"] else []
+    assert with_plugin["hooks"] == expected
 
 
-def test_a_scheduler_rank_gets_every_hook_the_release_needs():
-    seen = load_plugins_in("scheduler")
-    decision = compat.decide()
-    expected = {hook.target for hook in decision.hooks}
-    expected |= {hook.target for hook in record.hooks()}
-    assert expected and set(seen["hooks"]) == expected
+def test_a_scheduler_rank_registers_only_the_launch_hook_and_imports_nothing():
+    with_plugin = load_plugins_in("scheduler")
+    upstream = load_plugins_in("scheduler", kill_switch=True)
+    assert foreign(with_plugin, upstream) == set()
+    assert with_plugin["hooks"] == [plugin.LAUNCH_TARGET]
+
+
+def _expected_launch_hooks(speculative_modules: set[str], speculative: bool):
+    """Every hook target compat.decide() names for this release, but a gate whose
+    code is in a speculative worker module SGLang did not import for the launch;
+    none of them without speculative decoding; the record's and the launch hook."""
+    expected = {plugin.LAUNCH_TARGET} | {hook.target for hook in record.hooks()}
+    for gate in compat.decide().plans:
+        if gate.state != compat.GateState.NEEDED or not speculative:
+            continue
+        for hook in gate.hooks:
+            module = hook.target.rsplit(".", 2)[0]
+            in_worker = hook.target.startswith("sglang.srt.speculative.")
+            if not in_worker or module in speculative_modules:
+                expected.add(hook.target)
+    return expected
+
+
+@pytest.mark.parametrize("algorithm", [None, "EAGLE"])
+def test_the_launch_hook_registers_what_the_launch_uses_and_imports_no_other_worker(
+    algorithm,
+):
+    after = LAUNCH.format(algorithm=algorithm)
+    with_plugin = load_plugins_in("scheduler", after=after)
+    upstream = load_plugins_in("scheduler", kill_switch=True, after=after)
+
+    def speculative(seen):
+        return {
+            module
+            for module in seen["launch_imported"]
+            if module.startswith("sglang.srt.speculative.")
+        }
+
+    assert speculative(with_plugin) == speculative(upstream)
+    loaded_for_the_launch = speculative(upstream)
+    if algorithm:
+        assert loaded_for_the_launch  # the worker's own modules
+    assert set(with_plugin["launch_hooks"]) == _expected_launch_hooks(
+        loaded_for_the_launch, speculative=algorithm is not None
+    )
 
 
 def test_one_hook_target_per_upstream_function():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,6 +40,7 @@ class GateState(str, Enum):
     MISSING = "not registered: hook target missing"  # no candidate target resolves
     DISABLED = "disabled by kill switch"  # SGLANG_PD_LEAN=0
     UNHANDLED = "needed, not handled"  # upstream changed; no hook for it
+    UNUSED = "not used by this launch"  # its code never runs in this launch
 
     def __str__(self) -> str:
         return self.value
@@ -117,16 +119,18 @@ def _state(gate: Gate) -> tuple[GateState, str]:
     return GateState.NEEDED, ""
 
 
-def plan() -> list[GatePlan]:
-    """Every gate with its state on the installed SGLang."""
-    states = {gate.name: _state(gate) for gate in all_gates()}
+def plan(unused: Callable[[Gate], str | None] | None = None) -> list[GatePlan]:
+    """Every gate with its state on the installed SGLang; ``unused`` (one launch's
+    view) says why a gate's code never runs in that launch (None: it may run),
+    and such a gate is not looked up at all."""
+    states = {}
+    for gate in all_gates():
+        reason = unused(gate) if unused is not None else None
+        states[gate.name] = (GateState.UNUSED, reason) if reason else _state(gate)
+    fine = (GateState.NEEDED, GateState.NATIVE, GateState.UNUSED)
     for gate in all_gates():
         state, _ = states[gate.name]
-        lacking = [
-            name
-            for name in gate.requires
-            if states[name][0] not in (GateState.NEEDED, GateState.NATIVE)
-        ]
+        lacking = [name for name in gate.requires if states[name][0] not in fine]
         if state == GateState.NEEDED and lacking:
             states[gate.name] = (
                 GateState.UNSAFE,
@@ -138,9 +142,9 @@ def plan() -> list[GatePlan]:
         state, detail = states[gate.name]
         if disabled and state == GateState.NEEDED:
             state, detail = GateState.DISABLED, f"{KILL_SWITCH}=0"
-        plans.append(
-            GatePlan(gate.name, gate.summary, state, detail, tuple(gate.hooks()))
-        )
+        # An unused gate's target is not looked up (that could import its module).
+        hooks = () if state == GateState.UNUSED else tuple(gate.hooks())
+        plans.append(GatePlan(gate.name, gate.summary, state, detail, hooks))
     return plans
 
 
@@ -170,24 +174,34 @@ class Decision:
         return self.refusal is None and not self.off
 
 
-def decide() -> Decision:
-    """The installed SGLang's release, every gate's state, the hooks to register,
-    and why none are registered where that is the answer."""
-    version = sglang_version()
+def refusal(version: str | None) -> str | None:
+    """Why the plugin registers nothing on SGLang ``version``, or None (reads the
+    release number only: no SGLang module)."""
     if version is None:
-        refusal = (
+        return (
             "SGLang is not installed in this environment: no hooks registered. "
             f"Install a supported SGLang ({SUPPORTED[0]} to {SUPPORTED[-1]})."
         )
-        return Decision(None, (), (), (), refusal, kill_switch_on())
-    plans = tuple(plan())
     if not is_supported(version):
-        refusal = (
+        return (
             f"SGLang {version} is not a supported release ({SUPPORTED[0]} to "
             f"{SUPPORTED[-1]}): no hooks registered, SGLang runs as upstream. "
             f"Install a supported SGLang or uninstall sglang-pd-lean."
         )
-        return Decision(version, plans, (), (), refusal, kill_switch_on())
+    return None
+
+
+def decide(unused: Callable[[Gate], str | None] | None = None) -> Decision:
+    """The installed SGLang's release, every gate's state, the hooks to register,
+    and why none are registered where that is the answer. ``unused``: see
+    ``plan`` (None: every gate, as ``doctor`` shows them)."""
+    version = sglang_version()
+    refused = refusal(version)
+    if version is None:
+        return Decision(None, (), (), (), refused, kill_switch_on())
+    plans = tuple(plan(unused))
+    if refused:
+        return Decision(version, plans, (), (), refused, kill_switch_on())
     # Per gate, all or nothing: a needed gate's hook targets all resolved (else
     # it is MISSING, and the gates that require it UNSAFE).
     hooks = tuple(

@@ -3,17 +3,30 @@
     SGLANG_PLUGINS=pd_lean python -m sglang.launch_server --disaggregation-mode prefill ...
     SGLANG_PD_LEAN=0            # kill switch: SGLang stays exactly upstream
 
-SGLang's ``load_plugins()`` calls ``register()`` in every process. A process that
-builds no model (the launcher: ``launch_server``, ``sglang serve``, ``Engine``; the
-detokenizer and the data-parallel controller on releases that load plugins there)
-gets nothing: ``register()`` returns before importing anything, so the plugin costs
-those processes no module, no hook and no time. Every other process (each scheduler
-rank, and any caller it does not know) acts on ``compat.decide()``: on an unsupported release it logs one WARNING and registers
-nothing; otherwise it registers every needed gate's hooks with ``HookRegistry``
-(SGLang applies them) and the record's reporting hooks. All or nothing per gate: a
-gate whose hook target this SGLang lacks is off, with the gates that require it, and
-one WARNING names them and why; the others apply. A second call does nothing
-(``reset()`` for tests).
+SGLang's ``load_plugins()`` calls ``register()`` in every process; what it registers
+depends on who called (``seams.LOAD_PLUGINS_CALLERS``):
+
+- a scheduler rank (``run_scheduler_process``): only the launch hook, BEFORE
+  ``Scheduler.__init__``, which gets the launch's ``server_args``. There ``launch()``
+  registers the gates this launch uses and has ``HookRegistry`` apply them, before
+  any worker is built: none without speculative decoding, and no gate whose code
+  lives in a speculative worker module the launch's worker does not import (SGLang's
+  ``create_worker`` says which). So a rank imports no SGLang module for the plugin
+  that it would not import anyway, and ``load_plugins()`` walks SGLang's modules for
+  one target instead of every gate's;
+- a process that builds no model (the launcher: ``launch_server``, ``sglang serve``,
+  ``Engine``; the detokenizer and the DP controller on releases that load plugins
+  there): nothing, and no module imported, unless SGLang's scheduler class is already
+  loaded there (``Engine``, the DP controller): then the same launch hook, so that a
+  scheduler built in that process after all (in-process, or a forked child, which
+  never calls ``load_plugins()`` again) still gets its gates;
+- any caller the table does not know: every gate at once (if in doubt, gate).
+
+The gates act on ``compat.decide()``: on an unsupported release one WARNING and
+nothing registered. All or nothing per gate: a gate whose hook target this SGLang
+lacks is off, with the gates that require it, and one WARNING names them and why;
+the others apply. A second call does nothing (``reset()`` for tests). SGLang
+0.5.16 to 0.5.23.
 """
 
 from __future__ import annotations
@@ -21,12 +34,15 @@ from __future__ import annotations
 import logging
 import sys
 
-from sglang_pd_lean.seams import LOAD_PLUGINS_CALLERS
+from sglang_pd_lean.seams import LOAD_PLUGINS_CALLERS, SCHEDULER
 
 logger = logging.getLogger(__name__)
 
 _registered = False
 _decision = None  # compat.Decision: what register() acted on
+
+# The launch hook's target: the scheduler knows its launch before it builds a worker.
+LAUNCH_TARGET = f"{SCHEDULER}.__init__"
 
 # How far up the stack a caller is looked for (load_plugins() is a few frames up).
 _MAX_FRAMES = 32
@@ -65,11 +81,12 @@ def model_free_process() -> str | None:
 
 
 def reset() -> None:
-    """Let the next ``register()`` run again (tests; hooks already given to
-    ``HookRegistry`` stay there: reset it too)."""
-    global _registered, _decision
+    """Let the next ``register()`` and launch hook run again (tests; hooks already
+    given to ``HookRegistry`` stay there: reset it too)."""
+    global _registered, _decision, _launched
     _registered = False
     _decision = None
+    _launched = False
 
 
 def decision():
@@ -81,7 +98,7 @@ def decision():
 
 
 def register() -> bool:
-    """Register the needed gates' hooks; True if hooks were registered."""
+    """Register what this process needs; True if hooks were registered."""
     global _registered
     if _registered:
         return False
@@ -91,21 +108,28 @@ def register() -> bool:
         process = model_free_process()
     except Exception:  # if in doubt, gate
         process = None
-    if process is not None:
-        logger.debug(f"[sglang-pd-lean] {process} builds no model: no hooks here")
-        return False
-
     from sglang_pd_lean import compat
 
     if compat.kill_switch_on():
         logger.info(f"[sglang-pd-lean] {compat.KILL_SWITCH}=0: no hooks registered")
         return False
+    if process is not None:
+        return _register_for_a_later_scheduler(process)
     global _decision
-    decision = _decision = compat.decide()
-    if decision.refusal:
-        logger.warning(f"[sglang-pd-lean] {decision.refusal}")
+    version = compat.sglang_version()
+    refused = compat.refusal(version)
+    if refused:  # the release alone decides: no gate looked up
+        _decision = compat.Decision(version, (), (), (), refused, False)
+        logger.warning(f"[sglang-pd-lean] {refused}")
         return False
-
+    if _in_scheduler_rank():
+        _register_launch_hooks()
+        logger.debug(
+            "[sglang-pd-lean] the gates are chosen when the scheduler starts, "
+            "for its launch"
+        )
+        return True
+    decision = _decision = compat.decide()
     summary = _register_hooks(decision)
     # This process's logging may not be configured yet; a scheduler repeats the
     # summary once SGLang has configured it (record.announce).
@@ -113,9 +137,129 @@ def register() -> bool:
     return True
 
 
-def _register_hooks(decision) -> str:
+def _in_scheduler_rank() -> bool:
+    """Whether SGLang's scheduler entry (``run_scheduler_process``) called
+    ``load_plugins()``: its ``Scheduler.__init__`` will say what the launch is."""
+    frame = sys._getframe(1)
+    scheduler_entries = [
+        (module, function)
+        for module, function, kind in LOAD_PLUGINS_CALLERS
+        if kind is None
+    ]
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return False
+        module = _frame_module(frame)
+        if any(
+            module == known and _is(frame.f_code, function)
+            for known, function in scheduler_entries
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _register_for_a_later_scheduler(process: str) -> bool:
+    """In a process that builds no model: nothing, unless SGLang's scheduler class
+    is already loaded here (``Engine``, the DP controller): then only the launch
+    hook, so that a scheduler built in this process after all (in-process, or a
+    forked child, which never loads plugins again) still gets its gates."""
+    from sglang_pd_lean.upstream import loaded
+
+    if not loaded(LAUNCH_TARGET):
+        logger.debug(f"[sglang-pd-lean] {process} builds no model: no hooks here")
+        return False
+    _register_launch_hooks()
+    logger.debug(
+        f"[sglang-pd-lean] {process} builds no model: only the launch hook, "
+        f"for a scheduler built here after all"
+    )
+    return True
+
+
+def _register_launch_hooks() -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from sglang_pd_lean import audit
+
+    HookRegistry.register(LAUNCH_TARGET, launch, HookType.BEFORE)
+    for hook in audit.hooks():
+        HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
+
+
+_launched = False
+
+
+def launch(*args, **kwargs) -> None:
+    """BEFORE ``Scheduler.__init__``: register the gates this launch uses, and
+    have SGLang apply them before the scheduler builds any worker. A launch
+    without speculative decoding uses none; a speculative one uses every gate
+    but those whose code lives in a speculative worker module SGLang's
+    ``create_worker`` did not import for it (DFlash's on an EAGLE launch). Where
+    the launch cannot be read, every gate (if in doubt, gate). Never raises."""
+    global _launched, _decision
+    if _launched:
+        return
+    _launched = True
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        from sglang_pd_lean import compat
+
+        try:
+            server_args = kwargs["server_args"] if "server_args" in kwargs else args[1]
+            unused = launch_scope(server_args)
+        except Exception as exc:
+            logger.warning(
+                f"[sglang-pd-lean] cannot tell which gates this launch uses "
+                f"({exc!r}): registering every gate"
+            )
+            unused = None
+        decision = _decision = compat.decide(unused)
+        if decision.refusal:
+            logger.warning(f"[sglang-pd-lean] {decision.refusal}")
+            return
+        summary = _register_hooks(decision, launched=True)
+        HookRegistry.apply_hooks()
+        logger.info(summary)
+    except Exception as exc:  # a start-up never breaks because of the plugin
+        logger.warning(
+            f"[sglang-pd-lean] no gate registered for this launch: {exc!r}; SGLang "
+            f"runs as upstream"
+        )
+
+
+def launch_scope(server_args):
+    """Why each gate's code never runs in the launch of ``server_args`` (a function
+    of the gate; None where it may). Asks SGLang: ``SpeculativeAlgorithm`` for the
+    algorithm, and its ``create_worker`` for the worker class the scheduler will
+    create, which imports that worker's modules as the scheduler's own call would."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_pd_lean.upstream import loaded
+
+    algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
+    if algorithm.is_none():
+        return lambda gate: "no speculative decoding"
+    if not isinstance(algorithm, SpeculativeAlgorithm):
+        return None  # a registered custom algorithm: its factory is not ours to run
+    worker = algorithm.create_worker(server_args)
+    name = getattr(worker, "__name__", repr(worker))
+
+    def unused(gate) -> str | None:
+        if not gate.in_speculative_worker:
+            return None
+        if any(loaded(target) for target in gate.targets):
+            return None
+        return f"its code is not {name}'s"
+
+    return unused
+
+
+def _register_hooks(decision, launched: bool = False) -> str:
     """Give ``HookRegistry`` the needed gates' hooks and the record's reporting
-    hooks, warn about what is off; the registration summary."""
+    hooks, warn about what is off; the registration summary. ``launched``: from
+    the launch hook, whose ``Scheduler.__init__`` hooks are already in place."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from sglang_pd_lean import audit, record
@@ -138,7 +282,10 @@ def _register_hooks(decision) -> str:
     # Each reporting hook (the record's, the audit's start-up warning) on its own:
     # a missing target costs only its part.
     unreachable = []
-    for hook in (*record.hooks(), *audit.hooks()):
+    reporting = (*record.hooks(), *audit.hooks())
+    if launched:
+        reporting = [hook for hook in reporting if hook.target != LAUNCH_TARGET]
+    for hook in reporting:
         missing = missing_targets([hook.target])
         unreachable += missing
         if not missing:

@@ -111,6 +111,10 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 
+# SGLang's package of speculative workers: a gate hooking code there is used only
+# by a launch whose worker imports that module (``plugin.launch``).
+SPECULATIVE_PACKAGE = f"{_SPEC}."
+
 # Who calls load_plugins(), by module and function ("<module>": the module's own
 # code), and the process that is, where it builds no model (None: a scheduler
 # rank). ``plugin.model_free_process`` reads it: the innermost known caller decides.
@@ -198,7 +202,16 @@ SEAMS: tuple[Seam, ...] = (
             "run_data_parallel_controller_process",
         )
     ),
-    _s(f"{SCHEDULER}.__init__", Part.RECORD, "announces the gates once logging is up"),
+    _s(
+        f"{SCHEDULER}.__init__",
+        Part.PLUGIN,
+        "the launch hook: registers the gates the scheduler's launch uses",
+    ),
+    _s(
+        f"{_SPEC}.spec_info.SpeculativeAlgorithm.create_worker",
+        Part.PLUGIN,
+        "the launch hook: the worker class a launch creates, and its modules",
+    ),
     # The speculative audit (doctor; and its start-up WARNING, after Scheduler.__init__).
     _s(
         f"{_SPEC}.spec_info.SpeculativeAlgorithm.create_worker",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 import textwrap
 import types
 from typing import Any
@@ -51,6 +52,26 @@ def resolve(target: str) -> Any:
     included); ImportError naming the real cause, AttributeError where it is gone."""
     owner_path, attr = target.rsplit(".", 1)
     return getattr(_import_owner(owner_path), attr)
+
+
+def loaded(target: str) -> bool:
+    """Whether ``target`` resolves in the modules this process has already imported,
+    importing nothing (a module SGLang never imported here is one this process does
+    not use)."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        obj = sys.modules.get(".".join(parts[:cut]))
+        if obj is None:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr, _ABSENT)
+            if obj is _ABSENT:
+                return False
+        return True
+    return False
+
+
+_ABSENT = object()
 
 
 def missing_targets(targets: list[str]) -> list[str]:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
-from sglang_pd_lean import record
+from sglang_pd_lean import record, seams
 from sglang_pd_lean.hook import Hook, When
 from sglang_pd_lean.role import judge_owner
 from sglang_pd_lean.survey import resolve_first
@@ -109,6 +109,14 @@ class Gate:
             return None
         found, _ = resolve_first(self.targets)
         return found or self.targets[0]
+
+    @property
+    def in_speculative_worker(self) -> bool:
+        """Whether every hook target lives in SGLang's speculative-worker package:
+        such a gate is needed only by a launch whose worker imports its module."""
+        return bool(self.targets) and all(
+            target.startswith(seams.SPECULATIVE_PACKAGE) for target in self.targets
+        )
 
     def missing_target(self) -> str | None:
         """Why no candidate hook target resolves on the installed SGLang, or None."""

@@ -18,11 +18,17 @@ second probe logs the bytes of the worker's model parameters as loaded (``numel 
 element_size`` over ``model.parameters()``, each storage once), for the target and
 for the draft worker, so a test can compare ``report``'s weights per rank with what
 the server holds. It changes nothing.
+
+With ``SGLANG_PD_LEAN_E2E_MODULES=<file>``, a third probe writes, when
+``Scheduler.__init__`` returns, every module the rank has imported to
+``<file>.<pid>``, one per line (``benchmark/startup.py`` pre-imports that list to
+time ``load_plugins()`` in a process that has what a real rank serves with).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 PREFIX = "[e2e-probe]"
@@ -78,6 +84,17 @@ def _log_weights(original):
     return load_model
 
 
+def _write_modules(original):
+    @functools.wraps(original)
+    def init(scheduler, *args, **kwargs):
+        original(scheduler, *args, **kwargs)
+        path = f"{os.environ['SGLANG_PD_LEAN_E2E_MODULES']}.{os.getpid()}"
+        with open(path, "w") as out:
+            out.write("".join(f"{name}\n" for name in sorted(sys.modules)))
+
+    return init
+
+
 PATCHES = {
     "sglang.srt.model_executor.model_runner": [
         ("ModelRunner", "load_model", _log_weights),
@@ -87,3 +104,7 @@ PATCHES = {
         ("KVCacheConfigurator", "config_from_budget", _log_kv_budget),
     ],
 }
+if os.environ.get("SGLANG_PD_LEAN_E2E_MODULES"):
+    PATCHES["sglang.srt.managers.scheduler"] = [
+        ("Scheduler", "__init__", _write_modules)
+    ]
