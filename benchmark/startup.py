@@ -84,7 +84,7 @@ try:
     from sglang_pd_lean import compat, plugin
 except ImportError:
     plugin = None
-if plugin is not None and not compat.kill_switch_on():
+if hasattr(plugin, "launch") and not compat.kill_switch_on():
     args = types.SimpleNamespace(speculative_algorithm="EAGLE",
                                  enable_multi_layer_eagle=False)
     before = sglang_modules()

@@ -414,3 +414,29 @@ def test_doctor_quiets_sglangs_loggers_before_it_imports_sglang(capsys):
     finally:
         for name, level in before.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_doctor_names_the_entry_points_that_never_load_plugins(monkeypatch):
+    """Each entry doctor names has no ``load_plugins`` anywhere in its source text;
+    an entry that calls it (the scheduler's module) is not named."""
+    import importlib.util
+
+    from sglang_pd_lean import seams
+    from sglang_pd_lean.cli.doctor import entries_without_plugins
+
+    scheduler = "sglang.srt.managers.scheduler"
+    listed = {what for _, what in seams.MODEL_ENTRIES}
+    entries = (*seams.MODEL_ENTRIES, ((scheduler,), "the scheduler"))
+    monkeypatch.setattr(seams, "MODEL_ENTRIES", entries)
+    named = entries_without_plugins()
+    assert scheduler not in {entry["module"] for entry in named}
+    with open(importlib.util.find_spec(scheduler).origin) as f:
+        assert "load_plugins()" in f.read()  # the check below can tell
+    for entry in named:
+        path = importlib.util.find_spec(scheduler).origin.replace(
+            "srt/managers/scheduler.py", entry["module"][7:].replace(".", "/") + ".py"
+        )
+        with open(path) as f:
+            assert "load_plugins" not in f.read(), entry
+    # Both exist on every supported release, and neither loads plugins there.
+    assert {entry["entry"] for entry in named} == listed

@@ -213,3 +213,30 @@ def test_one_hook_target_per_upstream_function():
     decision = compat.decide()
     gate_targets = [hook.target for hook in decision.hooks]
     assert len(gate_targets) == len(set(gate_targets))
+
+
+# In an Engine process after its load_plugins(): a Scheduler built here after all,
+# through SGLang's own (hooked) Scheduler.__init__, with a NEXTN-like launch. The
+# real __init__ then fails on the stand-in arguments; the hook ran before it.
+LATE_SCHEDULER = """
+import types
+from sglang.srt.managers.scheduler import Scheduler
+args = types.SimpleNamespace(speculative_algorithm="EAGLE",
+                             enable_multi_layer_eagle=False)
+try:
+    Scheduler(server_args=args, port_args=None)
+except Exception:
+    pass
+seen["patched"] = sorted(HookRegistry._patched)
+seen["speculative"] = sorted(m for m in sys.modules
+                             if m.startswith("sglang.srt.speculative."))
+"""
+
+
+def test_a_scheduler_built_later_in_a_launcher_process_gets_its_gates():
+    seen = load_plugins_in("engine", after=LATE_SCHEDULER)
+    if not seen["scheduler_loaded"]:
+        pytest.skip("this SGLang's Engine has not loaded the scheduler there")
+    expected = _expected_launch_hooks(set(seen["speculative"]), speculative=True)
+    assert expected - {plugin.LAUNCH_TARGET}
+    assert set(seen["patched"]) == expected

@@ -108,13 +108,22 @@ def register() -> bool:
         process = model_free_process()
     except Exception:  # if in doubt, gate
         process = None
+    if process is not None and not _scheduler_loaded():
+        # Returns before importing anything: no module, no hook, no time.
+        logger.debug(f"[sglang-pd-lean] {process} builds no model: no hooks here")
+        return False
     from sglang_pd_lean import compat
 
     if compat.kill_switch_on():
         logger.info(f"[sglang-pd-lean] {compat.KILL_SWITCH}=0: no hooks registered")
         return False
     if process is not None:
-        return _register_for_a_later_scheduler(process)
+        _register_launch_hooks()
+        logger.debug(
+            f"[sglang-pd-lean] {process} builds no model: only the launch hook, "
+            f"for a scheduler built here after all"
+        )
+        return True
     global _decision
     version = compat.sglang_version()
     refused = compat.refusal(version)
@@ -159,22 +168,14 @@ def _in_scheduler_rank() -> bool:
     return False
 
 
-def _register_for_a_later_scheduler(process: str) -> bool:
-    """In a process that builds no model: nothing, unless SGLang's scheduler class
-    is already loaded here (``Engine``, the DP controller): then only the launch
-    hook, so that a scheduler built in this process after all (in-process, or a
-    forked child, which never loads plugins again) still gets its gates."""
-    from sglang_pd_lean.upstream import loaded
-
-    if not loaded(LAUNCH_TARGET):
-        logger.debug(f"[sglang-pd-lean] {process} builds no model: no hooks here")
-        return False
-    _register_launch_hooks()
-    logger.debug(
-        f"[sglang-pd-lean] {process} builds no model: only the launch hook, "
-        f"for a scheduler built here after all"
-    )
-    return True
+def _scheduler_loaded() -> bool:
+    """Whether SGLang's scheduler class is already loaded here
+    (``Engine``, the DP controller import it): then a scheduler may be built in this
+    process after all (in-process, or a forked child, which never calls
+    ``load_plugins()`` again) and needs the launch hook."""
+    module_name, _, name = SCHEDULER.rpartition(".")
+    module = sys.modules.get(module_name)
+    return hasattr(module, name)
 
 
 def _register_launch_hooks() -> None:

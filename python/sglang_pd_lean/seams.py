@@ -136,6 +136,18 @@ LOAD_PLUGINS_CALLERS: tuple[tuple[str, str, str | None], ...] = (
     ),
 )
 
+# Entry points that build a scheduler or a model runner in a process of their own,
+# each with its candidate modules (the first the installed SGLang has is read) and
+# what an operator calls it. doctor says which never call load_plugins() (read
+# from the module's compiled code): there the plugin's gates never apply.
+MODEL_ENTRIES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("sglang.srt.ray.scheduler_actor",), "Ray scheduler actors (--use-ray)"),
+    (
+        ("sglang.benchmark.one_batch", "sglang.bench_one_batch"),
+        "python -m sglang.bench_one_batch",
+    ),
+)
+
 SEAMS: tuple[Seam, ...] = (
     *(
         _s(targets, Part.PLUGIN, f"{gate} gate: hook target")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import sys
 import textwrap
@@ -156,6 +158,26 @@ def names_of(target: str) -> frozenset[str]:
 def constants_of(target: str) -> frozenset[str]:
     """The string constants in the code of ``target`` (``code_strings``)."""
     return _read_codes(target, code_strings)
+
+
+def module_names(module: str) -> frozenset[str] | None:
+    """The names a module's code uses anywhere (``code_names`` of its compiled
+    code, every function and class body included), read without running it: no
+    import of the module. None where the installed SGLang has no such module."""
+    parts = module.split(".")
+    try:
+        # Package by package, so that no package's __init__ runs either.
+        spec = importlib.util.find_spec(parts[0])
+        for depth in range(2, len(parts) + 1):
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(
+                ".".join(parts[:depth]), list(spec.submodule_search_locations)
+            )
+        code = spec.loader.get_code(module) if spec and spec.loader else None
+    except (ImportError, AttributeError, ValueError, SyntaxError):
+        return None
+    return code_names(code) if isinstance(code, types.CodeType) else None
 
 
 def names_in_source(source: str) -> frozenset[str]:

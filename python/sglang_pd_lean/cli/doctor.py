@@ -71,7 +71,27 @@ def doctor_report() -> dict:
         "report_can_run": supported and not report_missing,
         "seams": every,
         "speculative": speculative,
+        "entries_without_plugins": entries_without_plugins(),
     }
+
+
+def entries_without_plugins() -> list[dict]:
+    """SGLang's entry points that build a scheduler or a model runner but never
+    call ``load_plugins()`` (``seams.MODEL_ENTRIES``, read from the module's
+    compiled code, not run): the plugin's gates never apply there."""
+    from sglang_pd_lean import seams
+    from sglang_pd_lean.upstream import module_names
+
+    found = []
+    for candidates, what in seams.MODEL_ENTRIES:
+        for module in candidates:
+            names = module_names(module)
+            if names is None:
+                continue
+            if "load_plugins" not in names:
+                found.append({"entry": what, "module": module})
+            break
+    return found
 
 
 def speculative_audit() -> dict:
@@ -175,6 +195,11 @@ def cmd_doctor(args) -> int:
         print(f"{gate['name']:{names}}{gate['state']:{width}}{gate['detail']}")
     for line in speculative_lines(report["speculative"]):
         print(line)
+    for entry in report["entries_without_plugins"]:
+        print(
+            f"never loads plugins: {entry['entry']} ({entry['module']}): the gates "
+            f"do not apply in the processes it starts"
+        )
     for line in report["missing_hook_targets"]:
         print(f"missing hook target: {line}")
     for name in report["unhandled_gates"]:
