@@ -21,7 +21,7 @@ import ast
 import dataclasses
 import os
 
-from harness import COMMON_ARGS, PD_TRANSFER_ARGS
+from harness import COMMON_ARGS, LEDGER_ENV, PD_TRANSFER_ARGS
 from tiny_model import write_draft
 
 # SGLang's allow-list of plugins, naming a plugin that is not ours.
@@ -59,9 +59,14 @@ ALGORITHMS = {
 }
 PREFILL = ["--disaggregation-mode", "prefill", *PD_TRANSFER_ARGS]
 # role suffix -> (role's launch flags, environment)
+# The prefill servers keep the start-up allocation ledger (site/e2e_ledger.py):
+# test_e2e_audit_ledger.py accounts for every entry.
 ROLES = {
-    "prefill": (PREFILL, {}),
-    "prefill, allow-list without us": (PREFILL, {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
+    "prefill": (PREFILL, {LEDGER_ENV: "1"}),
+    "prefill, allow-list without us": (
+        PREFILL,
+        {"SGLANG_PLUGINS": NOT_OUR_PLUGIN, LEDGER_ENV: "1"},
+    ),
     "null": ([], {}),
     "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
 }
