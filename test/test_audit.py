@@ -28,22 +28,26 @@ def matrix():
 # plugin removes it (native where the release or a patch does it itself).
 DRAFT_PIECES = {
     # SGLang takes --speculative-adaptive for EAGLE / EAGLE3 on EAGLEWorkerV2 only.
-    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "-", "adaptive"),
-    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "-", "-"),
-    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "-", "-"),
-    "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-", "-"),
-    "DFlashWorkerV2": ("dflash_graph", "-", "dflash_graph", "-"),
+    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "-", "adaptive", "-"),
+    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "-", "-", "-"),
+    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "-", "-", "-"),
+    "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-", "-", "-"),
+    # DFlash rehearses verify sampling in prewarm_sampling from 0.5.20, on every role.
+    "DFlashWorkerV2": ("dflash_graph", "-", "dflash_graph", "-", "built from 20"),
     # DSPARK asks the disaggregation mode itself from 0.5.17.
-    "DSparkWorkerV2": ("dspark", "-", "dspark", "-"),
-    # UNO (0.5.20+) captures its tree draft graph only with the target's.
-    "UnoWorkerV2": ("native", "-", "-", "-"),
-    "NGRAMWorker": ("-", "-", "-", "-"),
+    "DSparkWorkerV2": ("dspark", "-", "dspark", "-", "-"),
+    # UNO (0.5.20+) captures its tree draft graph only with the target's; its
+    # private tree-draft attention backend is built on every role.
+    "UnoWorkerV2": ("native", "-", "built", "-", "-"),
+    # NGRAM preallocates its verify tensors (and its trie) on every role.
+    "NGRAMWorker": ("-", "-", "built", "-", "-"),
 }
 DRAFT_KEYS = (
     "draft_decode_graph",
     "draft_extend_graph",
     "verify_buffers",
     "adaptive_states",
+    "verify_prewarm",
 )
 
 
@@ -52,6 +56,11 @@ def expected_state(word: str) -> State:
         return State.ABSENT
     if word == "native":
         return State.NATIVE
+    if word == "built":
+        return State.BUILT
+    if word.startswith("built from "):
+        since = int(word.rpartition(" ")[2])
+        return State.BUILT if sglang_minor() >= since else State.ABSENT
     if word == "dspark":
         return State.NATIVE if sglang_minor() >= 17 else State.BUILT
     return State.NATIVE if upstream_has(word) else State.PLUGIN

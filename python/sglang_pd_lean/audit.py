@@ -8,12 +8,15 @@ For every speculative algorithm the installed SGLang accepts (its
 ``SpeculativeAlgorithm`` members, the aliases it reserves, the algorithms a plugin
 registered with ``SpeculativeAlgorithm.register``) and every worker class they map
 to, read from SGLang's own dispatch (``SpeculativeAlgorithm.create_worker``'s code,
-not a list of ours), and for every piece such a server could build for a verify or
+not a list of ours, and the classes an out-of-tree platform supplies instead:
+``get_platform_worker_cls``), and for every piece such a server could build for a verify or
 decode step, one state:
 
 - ``native upstream``: SGLang skips it on a prefill server itself;
 - ``removed by the plugin``: a gate skips it (``compat`` registers that gate here);
-- ``still built``: built on a prefill server, under the flags the detail names;
+- ``still built``: built on a prefill server, under the flags the detail names
+  (a gate that is off, or a piece no gate removes: NGRAM's verify tensors and
+  trie, DFlash's verify-sampling rehearsal, UNO's tree-draft backend);
 - ``not present``: this worker builds no such piece;
 - ``not audited``: a worker class the plugin has not read (a new release's, a
   plugin algorithm's): it gets upstream's behaviour.
@@ -50,6 +53,7 @@ from sglang_pd_lean.audit_claims import (  # noqa: F401 (AUDITED, TARGET, ...: t
     SPEC_INFO,
     TARGET,
     Absent,
+    BuiltIf,
     ByGate,
     Cell,
     Handling,
@@ -148,9 +152,29 @@ def routes() -> list[Route]:
                 if not flags:
                     break
     out = [Route(w, tuple(a), flags) for (w, flags), a in found.items()]
+    out += _platform_routes(algorithm)
     for name, spec in sorted(_registered().items()):
         out.append(_registered_route(name, spec))
     return out
+
+
+def _platform_routes(algorithm: Any) -> list[Route]:
+    """The worker classes an out-of-tree platform supplies in place of SGLang's
+    (``get_platform_worker_cls``, asked per algorithm; 0.5.20 and later), each a row
+    of its own: a class the plugin has not read is "not audited"."""
+    found: dict[str, list[str]] = {}
+    for member in algorithm:
+        ask = getattr(member, "get_platform_worker_cls", None)
+        if member.name == "NONE" or ask is None:
+            continue
+        try:
+            worker = ask()
+        except Exception as exc:
+            return [Route(None, (member.name,), error=f"{type(exc).__name__}: {exc}")]
+        if worker is not None:
+            path = f"{worker.__module__}.{worker.__qualname__}"
+            found.setdefault(path, []).append(member.name)
+    return [Route(path, tuple(names)) for path, names in found.items()]
 
 
 def _registered() -> dict[str, Any]:
@@ -230,6 +254,16 @@ def _cell(handling: Handling, gates: dict, cells: dict) -> Cell:
         return Cell(State.ABSENT, handling.why)
     if isinstance(handling, ByGate):
         return _by_gate(handling, gates)
+    if isinstance(handling, BuiltIf):
+        try:
+            built, why = handling.check()
+        except Exception as exc:  # unreadable code: not a claim we can make
+            return Cell(State.NOT_AUDITED, f"{type(exc).__name__}: {exc}")
+        return (
+            Cell(State.BUILT, f"when {handling.when}: {why}")
+            if built
+            else Cell(State.ABSENT, why)
+        )
     try:
         native, why = handling.check()
     except Exception as exc:  # unreadable code: not a claim we can make

@@ -61,6 +61,7 @@ PIECES = (
     Piece("draft_extend_graph", "draft-extend graph", "draft"),
     Piece("verify_buffers", "own verify buffers", "draft"),
     Piece("adaptive_states", "adaptive states", "draft"),
+    Piece("verify_prewarm", "verify sampling rehearsal", "draft"),
 )
 PIECE_KEYS = tuple(piece.key for piece in PIECES)
 
@@ -103,7 +104,17 @@ class Absent:
     why: str
 
 
-Handling = ByGate | NativeIf | Absent
+@dataclass(frozen=True)
+class BuiltIf:
+    """Built on every role, the plugin leaves it (no gate), where ``check`` (reading
+    upstream's code) finds the code that builds it: ``check() -> (built, why)``;
+    ``why`` says what is built, or why nothing is. Built ``when`` the flags say."""
+
+    check: Callable[[], tuple[bool, str]]
+    when: str
+
+
+Handling = ByGate | NativeIf | Absent | BuiltIf
 
 # The target's pieces: shared code, one gate each.
 TARGET = {
@@ -231,6 +242,52 @@ def _uno_native() -> tuple[bool, str]:
     return False, "UnoWorkerV2 captures its tree draft graph unconditionally"
 
 
+def _calls(method: str, name: str) -> bool:
+    """Whether upstream's ``method`` (dotted) names ``name`` in its code."""
+    return name in _names(_method_node(method))
+
+
+def _ngram_buffers() -> tuple[bool, str]:
+    cls = f"{_SPEC}.ngram_worker.NGRAMWorker"
+    callers = [m for m in ("alloc_memory_pool", "__init__") if _defines(cls, m)]
+    if not any(_calls(f"{cls}.{m}", "_init_preallocated_tensors") for m in callers):
+        return False, "NGRAMWorker preallocates no verify tensors"
+    if any(_calls(f"{cls}.{m}", "disaggregation_mode") for m in callers):
+        return False, "NGRAMWorker asks the disaggregation mode: not read"
+    return True, (
+        "NGRAMWorker._init_preallocated_tensors: the verify tree's tokens, positions "
+        "and retrieve indexes (5 x int64, max running requests x draft tokens) and "
+        "its mask (bool, x draft tokens again), read only by a verify step; and "
+        "host memory for the n-gram trie (--speculative-ngram-capacity nodes, "
+        "10,000,000 by default: about 2 GiB), drafted from only on a decode step"
+    )
+
+
+def _dflash_prewarm() -> tuple[bool, str]:
+    method = f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2.prewarm_sampling"
+    if not _calls(method, "_get_or_create_chain_verify_buffers"):
+        return False, "DFlashWorkerV2 rehearses no verify sampling"
+    if _calls(method, "disaggregation_mode"):
+        return False, "DFlashWorkerV2.prewarm_sampling asks the disaggregation mode"
+    return True, (
+        "DFlashWorkerV2.prewarm_sampling, from Scheduler.__init__ on every role: a "
+        "verify-sampling rehearsal (batch x block x vocab fp32 logits, transient) "
+        "and chain-verify buffers kept for the process's life"
+    )
+
+
+def _uno_tree_backend() -> tuple[bool, str]:
+    method = f"{_SPEC}.uno_worker_v2.UnoWorkerV2.init_attention_backends"
+    if not _calls(method, "_build_uno_draft_attn_backend"):
+        return False, "UnoWorkerV2 builds no private draft attention backend"
+    if _calls(method, "disaggregation_mode"):
+        return False, "UnoWorkerV2 asks the disaggregation mode: not read"
+    return True, (
+        "UnoWorkerV2.init_attention_backends: a private tree-draft attention "
+        "backend (its own workspace), used only by a decode step's tree draft"
+    )
+
+
 @dataclass(frozen=True)
 class Audited:
     """One speculative worker class the plugin has read, release 0.5.16 to 0.5.23."""
@@ -247,6 +304,8 @@ _NO_BUFFERS = Absent("none of its own")
 # on EAGLEWorkerV2 only (``adaptive_unsupported_reason``).
 _ADAPTIVE = ByGate("adaptive", "--speculative-adaptive is set (EAGLE, EAGLE3, NEXTN)")
 _NOT_ADAPTIVE = Absent("SGLang takes --speculative-adaptive for EAGLE and EAGLE3 only")
+# The sampling warm-up a worker runs at start-up, where it is not DFlash's own.
+_TARGETS_PREWARM = Absent("the target's own sampling warm-up, which prefill uses")
 
 AUDITED: dict[str, Audited] = {
     f"{_SPEC}.eagle_worker_v2.EAGLEWorkerV2": Audited(
@@ -256,6 +315,7 @@ AUDITED: dict[str, Audited] = {
             "draft_extend_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
             "verify_buffers": _NO_BUFFERS,
             "adaptive_states": _ADAPTIVE,
+            "verify_prewarm": _TARGETS_PREWARM,
         },
     ),
     f"{_SPEC}.standalone_worker_v2.StandaloneWorkerV2": Audited(
@@ -273,6 +333,7 @@ AUDITED: dict[str, Audited] = {
             ),
             "verify_buffers": _NO_BUFFERS,
             "adaptive_states": _NOT_ADAPTIVE,
+            "verify_prewarm": _TARGETS_PREWARM,
         },
     ),
     f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleWorkerV2": Audited(
@@ -288,6 +349,7 @@ AUDITED: dict[str, Audited] = {
             "adaptive_states": Absent(
                 "SGLang refuses --speculative-adaptive with multi-layer EAGLE"
             ),
+            "verify_prewarm": _TARGETS_PREWARM,
         },
     ),
     f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPWorkerV2": Audited(
@@ -301,6 +363,7 @@ AUDITED: dict[str, Audited] = {
             "draft_extend_graph": Absent("it captures no draft-extend graph"),
             "verify_buffers": _NO_BUFFERS,
             "adaptive_states": Absent("it asserts --speculative-adaptive is off"),
+            "verify_prewarm": _TARGETS_PREWARM,
         },
         note="also NEXTN / EAGLE with a Gemma 4 assistant draft",
     ),
@@ -319,6 +382,9 @@ AUDITED: dict[str, Audited] = {
                 f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2",
             ),
             "adaptive_states": _NOT_ADAPTIVE,
+            "verify_prewarm": BuiltIf(
+                _dflash_prewarm, "on CUDA, with its sampling verify kernels"
+            ),
         },
     ),
     f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2": Audited(
@@ -333,6 +399,7 @@ AUDITED: dict[str, Audited] = {
                 "CUDA graphs are on (its verify epilogue and sampling-accept graph)",
             ),
             "adaptive_states": _NOT_ADAPTIVE,
+            "verify_prewarm": _TARGETS_PREWARM,
         },
     ),
     f"{_SPEC}.uno_worker_v2.UnoWorkerV2": Audited(
@@ -344,8 +411,11 @@ AUDITED: dict[str, Audited] = {
                 follows="verify_graph",
             ),
             "draft_extend_graph": Absent("it captures no draft-extend graph"),
-            "verify_buffers": _NO_BUFFERS,
+            "verify_buffers": BuiltIf(
+                _uno_tree_backend, "--speculative-eagle-topk > 1 (tree mode)"
+            ),
             "adaptive_states": _NOT_ADAPTIVE,
+            "verify_prewarm": _TARGETS_PREWARM,
         },
     ),
     f"{_SPEC}.ngram_worker.NGRAMWorker": Audited(
@@ -353,8 +423,9 @@ AUDITED: dict[str, Audited] = {
         {
             "draft_decode_graph": Absent("no draft model"),
             "draft_extend_graph": Absent("no draft model"),
-            "verify_buffers": _NO_BUFFERS,
+            "verify_buffers": BuiltIf(_ngram_buffers, "NGRAM runs (every role)"),
             "adaptive_states": _NOT_ADAPTIVE,
+            "verify_prewarm": _TARGETS_PREWARM,
         },
     ),
 }
