@@ -28,9 +28,10 @@ def matrix():
 # plugin removes it (native where the release or a patch does it itself).
 DRAFT_PIECES = {
     # SGLang takes --speculative-adaptive for EAGLE / EAGLE3 on EAGLEWorkerV2 only.
-    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "-", "adaptive", "-"),
-    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "-", "-", "-"),
-    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "-", "-", "-"),
+    # The EAGLE family's draft builds its topk-1 chain buffers on every role.
+    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "built", "adaptive", "-"),
+    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "built", "-", "-"),
+    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "built from 17", "-", "-"),
     "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-", "-", "-"),
     # DFlash rehearses verify sampling in prewarm_sampling from 0.5.20, on every role.
     "DFlashWorkerV2": ("dflash_graph", "-", "dflash_graph", "-", "built from 20"),
@@ -127,8 +128,19 @@ def test_target_pieces_follow_their_gates(matrix):
     }
     for row in matrix:
         for key, handling in audit.TARGET.items():
+            if not isinstance(handling, audit.ByGate):
+                continue
             want = words.get(plans[handling.gate], State.BUILT)
             assert row.cells[key].state == want, (row.label, key)
+
+
+def test_the_linear_attention_verify_index_table_is_still_built_from_0_5_17(matrix):
+    """Read by hand: GDN's and KDA's backends build it in __init__ on every role
+    from 0.5.17 (0.5.16 has no such table); the ledger of a real prefill server
+    holds it (test_e2e_audit_ledger.py)."""
+    want = State.BUILT if sglang_minor() >= 17 else State.ABSENT
+    for row in matrix:
+        assert row.cells["verify_indices"].state == want, row.label
 
 
 def test_the_draft_worker_each_audited_worker_builds_is_the_audited_one():

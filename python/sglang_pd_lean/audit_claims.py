@@ -57,6 +57,7 @@ PIECES = (
     Piece("warmup", "verify warm-up", "target"),
     Piece("budget", "verify budget", "target"),
     Piece("autotune", "autotune buffers", "target"),
+    Piece("verify_indices", "verify state indices", "target"),
     Piece("draft_decode_graph", "draft decode graph", "draft"),
     Piece("draft_extend_graph", "draft-extend graph", "draft"),
     Piece("verify_buffers", "own verify buffers", "draft"),
@@ -123,6 +124,7 @@ TARGET = {
     "warmup": ByGate("warmup", "a warm-up forward runs (FlashInfer, DeepGEMM)"),
     "budget": ByGate("budget", "a hybrid (linear-attention) model"),
     "autotune": ByGate("autotune", "more than one draft token"),
+    # set below, once the readers of upstream's code are defined
 }
 
 
@@ -288,6 +290,53 @@ def _uno_tree_backend() -> tuple[bool, str]:
     )
 
 
+_LINEAR = "sglang.srt.layers.attention.linear"
+
+
+def _verify_indices() -> tuple[bool, str]:
+    backends = [
+        f"{_LINEAR}.gdn_backend.GDNAttnBackend.__init__",
+        f"{_LINEAR}.kda_backend.KDAAttnBackend.__init__",
+    ]
+    builders = [
+        b for b in backends if _calls(b, "build_verify_intermediate_state_indices")
+    ]
+    if not builders:
+        return False, "its linear-attention backends build no verify index table"
+    if any(_calls(b, "disaggregation_mode") for b in builders):
+        return False, "its linear-attention backends ask the disaggregation mode"
+    names = " and ".join(b.split(".")[-2] for b in builders)
+    return True, (
+        f"{names}: build_verify_intermediate_state_indices, an int32 row per mamba "
+        f"slot into the verify snapshots, read only by a verify step"
+    )
+
+
+TARGET["verify_indices"] = BuiltIf(
+    _verify_indices, "a hybrid model with GDN or KDA layers"
+)
+
+
+def _topk1_chain(draft: str) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
+        name = draft.rpartition(".")[2]
+        if not _calls(f"{draft}.__init__", "_rebuild_topk1_chain_buffers"):
+            base = _bases(draft)
+            inherited = base and _calls(
+                f"{draft.rpartition('.')[0]}.{base[0]}.__init__",
+                "_rebuild_topk1_chain_buffers",
+            )
+            if not inherited:
+                return False, f"{name} builds no topk-1 chain buffers"
+        return True, (
+            f"{name}: _rebuild_topk1_chain_buffers, the draft chain's parent and "
+            f"score indexes (int64, max running requests x steps), read only by "
+            f"a draft decode step"
+        )
+
+    return check
+
+
 @dataclass(frozen=True)
 class Audited:
     """One speculative worker class the plugin has read, release 0.5.16 to 0.5.23."""
@@ -300,6 +349,7 @@ class Audited:
 _EAGLE_DRAFT = f"{_SPEC}.eagle_worker_v2.EagleDraftWorker"
 _EAGLE_GRAPHS = "a decode graph backend is set (--cuda-graph-backend-decode)"
 _NO_BUFFERS = Absent("none of its own")
+_TOPK1 = "--speculative-eagle-topk 1 (a chain)"
 # SGLang takes --speculative-adaptive for EAGLE and EAGLE3 (NEXTN resolves to EAGLE)
 # on EAGLEWorkerV2 only (``adaptive_unsupported_reason``).
 _ADAPTIVE = ByGate("adaptive", "--speculative-adaptive is set (EAGLE, EAGLE3, NEXTN)")
@@ -313,7 +363,7 @@ AUDITED: dict[str, Audited] = {
         {
             "draft_decode_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
             "draft_extend_graph": ByGate("draft_graph", _EAGLE_GRAPHS, _EAGLE_DRAFT),
-            "verify_buffers": _NO_BUFFERS,
+            "verify_buffers": BuiltIf(_topk1_chain(_EAGLE_DRAFT), _TOPK1),
             "adaptive_states": _ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
         },
@@ -331,7 +381,10 @@ AUDITED: dict[str, Audited] = {
                 _EAGLE_GRAPHS,
                 f"{_SPEC}.standalone_worker_v2.StandaloneDraftWorker",
             ),
-            "verify_buffers": _NO_BUFFERS,
+            "verify_buffers": BuiltIf(
+                _topk1_chain(f"{_SPEC}.standalone_worker_v2.StandaloneDraftWorker"),
+                _TOPK1,
+            ),
             "adaptive_states": _NOT_ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
         },
@@ -345,7 +398,12 @@ AUDITED: dict[str, Audited] = {
                 _EAGLE_GRAPHS,
                 f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker",
             ),
-            "verify_buffers": _NO_BUFFERS,
+            "verify_buffers": BuiltIf(
+                _topk1_chain(
+                    f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker"
+                ),
+                _TOPK1,
+            ),
             "adaptive_states": Absent(
                 "SGLang refuses --speculative-adaptive with multi-layer EAGLE"
             ),

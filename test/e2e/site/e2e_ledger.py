@@ -13,6 +13,7 @@ allocate nothing), writes one entry:
      "shape": [...], "op": "aten.empty.memory_format",
      "function": "sglang.srt.mem_cache.memory_pool:MambaPool.__init__", "line": 527,
      "via": the innermost frame outside torch (the plugin, a stand-in) if not that,
+     "stack": every SGLang or plugin frame (module:qualname), innermost first,
      "import": the module whose import allocated it (a module-level object), or null,
      "live": whether the storage still exists when Scheduler.__init__ returns}
 
@@ -44,6 +45,7 @@ ENV = "SGLANG_PD_LEAN_E2E_LEDGER"
 SCHEDULER = "sglang.srt.managers.scheduler"
 _OWN_PREFIXES = ("sglang.", "sglang_pd_lean.", "sglang_pd_lean")
 _SKIPPED_PREFIXES = ("torch", "functools", "contextlib", __name__)
+_STACK_DEPTH = 40  # SGLang frames kept per entry (Scheduler.__init__ is ~10 deep)
 
 
 def _storage_key(tensor) -> int:
@@ -59,15 +61,18 @@ def _plain(tensor) -> bool:
     )
 
 
-def _caller() -> tuple[str, int, str | None, str | None]:
+def _caller() -> tuple[str, int, str | None, str | None, list[str]]:
     """(module:qualname, line) of the innermost SGLang or plugin frame; the
     innermost frame outside torch and this module where that is another one; the
     module whose import is running, if the allocation is part of one (a
-    module-level object: allocated once per process, whenever it is imported)."""
+    module-level object: allocated once per process, whenever it is imported);
+    every SGLang or plugin frame on the stack, innermost first (``stack``)."""
     frame = sys._getframe(2)
-    found, via, importing = None, None, None
+    found, via, importing, stack = None, None, None, []
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
+        if module.startswith(_OWN_PREFIXES) and len(stack) < _STACK_DEPTH:
+            stack.append(f"{module}:{frame.f_code.co_qualname}")
         if (
             frame.f_code.co_name == "<module>"
             and importing is None
@@ -81,7 +86,7 @@ def _caller() -> tuple[str, int, str | None, str | None]:
             else:
                 via = via or name
         frame = frame.f_back
-    return (*(found or ("?", 0)), via, importing)
+    return (*(found or ("?", 0)), via, importing, stack)
 
 
 def _new_storages(func, args, kwargs, out) -> list:
@@ -140,7 +145,7 @@ def _ledger_mode():
         def _record(self, func, args, kwargs, out) -> None:
             for tensor in _new_storages(func, args, kwargs, out):
                 storage = tensor.untyped_storage()
-                function, line, via, importing = _caller()
+                function, line, via, importing, stack = _caller()
                 entry = {
                     "bytes": storage.nbytes(),
                     "dtype": str(tensor.dtype),
@@ -151,6 +156,7 @@ def _ledger_mode():
                     "line": line,
                     "via": via,
                     "import": importing,
+                    "stack": stack,
                 }
                 self.entries.append((entry, StorageWeakRef(storage)))
 
