@@ -4,7 +4,7 @@
     SGLANG_PD_LEAN=0            # kill switch: SGLang stays exactly upstream
 
 SGLang's ``load_plugins()`` calls ``register()`` in every process; what it registers
-depends on who called (``seams.LOAD_PLUGINS_CALLERS``):
+depends on who called (``LOAD_PLUGINS_CALLERS``):
 
 - a scheduler rank (``run_scheduler_process``): only the launch hook, BEFORE
   ``Scheduler.__init__``, which gets the launch's ``server_args``. There ``launch()``
@@ -34,12 +34,33 @@ from __future__ import annotations
 import logging
 import sys
 
-from sglang_pd_lean.seams import LOAD_PLUGINS_CALLERS, SCHEDULER
+from sglang_pd_lean.seams import SCHEDULER
 
 logger = logging.getLogger(__name__)
 
 _registered = False
 _decision = None  # compat.Decision: what register() acted on
+
+# Who calls load_plugins(), by module and function ("<module>": the module's own
+# code), and the process that is, where it builds no model (None: a scheduler
+# rank). ``model_free_process`` reads it: the innermost known caller decides.
+LOAD_PLUGINS_CALLERS: tuple[tuple[str, str, str | None], ...] = (
+    ("sglang.srt.managers.scheduler", "run_scheduler_process", None),
+    ("sglang.launch_server", "<module>", "the launcher"),  # its __main__ block
+    ("sglang.cli.serve", "serve", "the launcher"),
+    ("sglang.srt.entrypoints.engine", "Engine.__init__", "the launcher"),
+    ("sglang.srt.entrypoints.engine", "Engine._launch_subprocesses", "the launcher"),
+    (
+        "sglang.srt.managers.detokenizer_manager",
+        "run_detokenizer_process",
+        "the detokenizer",
+    ),
+    (
+        "sglang.srt.managers.data_parallel_controller",
+        "run_data_parallel_controller_process",
+        "the data-parallel controller",
+    ),
+)
 
 # The launch hook's target: the scheduler knows its launch before it builds a worker.
 LAUNCH_TARGET = f"{SCHEDULER}.__init__"
@@ -64,7 +85,7 @@ def _frame_module(frame) -> str:
 def model_free_process() -> str | None:
     """What this process is where SGLang builds no model in it (the launcher, the
     detokenizer, the DP controller), read from who called ``load_plugins()``
-    (``seams.LOAD_PLUGINS_CALLERS``; SGLang starts each of those processes with the
+    (``LOAD_PLUGINS_CALLERS``; SGLang starts each of those processes with the
     spawn method, so each calls ``load_plugins()`` afresh and a scheduler never
     inherits a launcher's empty registration); None for a scheduler rank or a
     caller the table does not know (if in doubt, gate)."""
@@ -175,7 +196,7 @@ def _scheduler_loaded() -> bool:
     ``load_plugins()`` again) and needs the launch hook."""
     module_name, _, name = SCHEDULER.rpartition(".")
     module = sys.modules.get(module_name)
-    return hasattr(module, name)
+    return module is not None and name in vars(module)
 
 
 def _register_launch_hooks() -> None:

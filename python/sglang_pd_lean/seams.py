@@ -111,35 +111,13 @@ HOOK_TARGETS: dict[str, tuple[str, ...]] = {
 
 SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
 
-# SGLang's package of speculative workers: a gate hooking code there is used only
-# by a launch whose worker imports that module (``plugin.launch``).
+# A gate hooking code in this package is used only by a launch whose worker
+# imports that module (``plugin.launch``).
 SPECULATIVE_PACKAGE = f"{_SPEC}."
 
-# Who calls load_plugins(), by module and function ("<module>": the module's own
-# code), and the process that is, where it builds no model (None: a scheduler
-# rank). ``plugin.model_free_process`` reads it: the innermost known caller decides.
-LOAD_PLUGINS_CALLERS: tuple[tuple[str, str, str | None], ...] = (
-    ("sglang.srt.managers.scheduler", "run_scheduler_process", None),
-    ("sglang.launch_server", "<module>", "the launcher"),  # its __main__ block
-    ("sglang.cli.serve", "serve", "the launcher"),
-    ("sglang.srt.entrypoints.engine", "Engine.__init__", "the launcher"),
-    ("sglang.srt.entrypoints.engine", "Engine._launch_subprocesses", "the launcher"),
-    (
-        "sglang.srt.managers.detokenizer_manager",
-        "run_detokenizer_process",
-        "the detokenizer",
-    ),
-    (
-        "sglang.srt.managers.data_parallel_controller",
-        "run_data_parallel_controller_process",
-        "the data-parallel controller",
-    ),
-)
-
-# Entry points that build a scheduler or a model runner in a process of their own,
-# each with its candidate modules (the first the installed SGLang has is read) and
-# what an operator calls it. doctor says which never call load_plugins() (read
-# from the module's compiled code): there the plugin's gates never apply.
+# Entry points that build a scheduler or model runner in a process of their own:
+# candidate modules (the first there is read), and the name an operator knows.
+# doctor names those whose code never calls load_plugins(): no gate applies there.
 MODEL_ENTRIES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("sglang.srt.ray.scheduler_actor",), "Ray scheduler actors (--use-ray)"),
     (
@@ -192,7 +170,7 @@ SEAMS: tuple[Seam, ...] = (
         Part.PLUGIN,
         "replayssm gate: SGLang's refusal on a prefill server",
     ),
-    # The callers in LOAD_PLUGINS_CALLERS (a module's own code: a function of it).
+    # plugin.LOAD_PLUGINS_CALLERS (a module's own code: a function of it).
     _s(
         "sglang.srt.managers.scheduler.run_scheduler_process",
         Part.PLUGIN,
@@ -219,16 +197,15 @@ SEAMS: tuple[Seam, ...] = (
         Part.PLUGIN,
         "the launch hook: registers the gates the scheduler's launch uses",
     ),
+    # The speculative audit (doctor; and its start-up WARNING, after Scheduler.__init__).
+    *(
+        _s(f"sglang.srt.layers.attention.linear.{b}", Part.AUDIT, "verify index table")
+        for b in ("gdn_backend.GDNAttnBackend", "kda_backend.KDAAttnBackend")
+    ),
     _s(
         f"{_SPEC}.spec_info.SpeculativeAlgorithm.create_worker",
         Part.PLUGIN,
-        "the launch hook: the worker class a launch creates, and its modules",
-    ),
-    # The speculative audit (doctor; and its start-up WARNING, after Scheduler.__init__).
-    _s(
-        f"{_SPEC}.spec_info.SpeculativeAlgorithm.create_worker",
-        Part.AUDIT,
-        "the worker class each speculative algorithm builds",
+        "the worker class a launch (the launch hook) or an algorithm (audit) builds",
     ),
     _s(
         f"{_SPEC}.spec_registry._REGISTRY",

@@ -88,7 +88,10 @@ def worker_row(algorithm: str):
     multi-layer flag, as the e2e runs launch it)."""
     from sglang_pd_lean import audit
 
-    rows = [r for r in audit.matrix() if algorithm in r.algorithms and not r.flags]
+    # NEXTN resolves to EAGLE for the tiny Qwen3-Next (frozen-KV MTP only for a
+    # Gemma 4 assistant draft).
+    name = {"NEXTN": "EAGLE"}.get(algorithm, algorithm)
+    rows = [r for r in audit.matrix() if name in r.algorithms and not r.flags]
     assert len(rows) == 1, (algorithm, [r.worker for r in rows])
     return rows[0]
 

@@ -1,0 +1,240 @@
+"""Reading upstream's code without running it, for ``audit_claims``: the parsed
+source of a module, class or method (found without importing it: a worker module
+may need GPU kernels to import), the names a piece of code uses, whether a class
+runs a hooked method, and the checks behind each claim that a piece is native,
+still built or absent on the installed release.
+
+    from sglang_pd_lean.audit_reading import runs_own
+    runs_own("sglang.srt.speculative.standalone_worker_v2.StandaloneDraftWorker", target)
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+from collections.abc import Callable
+
+_SPEC = "sglang.srt.speculative"
+
+
+def _module_tree(module: str) -> ast.Module | None:
+    """The parsed source of ``module``, found without importing it (a worker
+    module may need GPU kernels to import); None where it is not there."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as f:
+        return ast.parse(f.read())
+
+
+def _class_node(path: str) -> ast.ClassDef | None:
+    module, _, name = path.rpartition(".")
+    tree = _module_tree(module)
+    if tree is None:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    return None
+
+
+def _method_node(path: str) -> ast.FunctionDef | None:
+    cls, _, name = path.rpartition(".")
+    node = _class_node(cls)
+    for item in node.body if node else ():
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and (
+            item.name == name
+        ):
+            return item
+    return None
+
+
+def _names(node: ast.AST | None) -> set[str]:
+    """Names and attributes a piece of code uses (not comments, not strings)."""
+    used = set()
+    for sub in ast.walk(node) if node is not None else ():
+        if isinstance(sub, ast.Attribute):
+            used.add(sub.attr)
+        elif isinstance(sub, ast.Name):
+            used.add(sub.id)
+    return used
+
+
+def _defines(cls_path: str, method: str) -> bool:
+    node = _class_node(cls_path)
+    return any(
+        isinstance(item, ast.FunctionDef) and item.name == method
+        for item in (node.body if node else ())
+    )
+
+
+def _bases(cls_path: str) -> list[str]:
+    node = _class_node(cls_path)
+    return [ast.unparse(base) for base in node.bases] if node else []
+
+
+def runs_own(cls_path: str, target: str) -> tuple[bool, str]:
+    """Whether ``cls_path`` runs the hooked ``target`` method itself or by
+    inheritance from the target's class, without overriding it (read from the
+    source: each class on the way up names its base)."""
+    target_cls, _, method = target.rpartition(".")
+    target_name = target_cls.rpartition(".")[2]
+    cls = cls_path
+    for _ in range(8):
+        if cls == target_cls:
+            return True, ""
+        if _defines(cls, method):
+            return False, f"{cls.rpartition('.')[2]} overrides {method}"
+        bases = _bases(cls)
+        if target_name in bases:
+            cls = target_cls
+            continue
+        # A base from the same module, else give up.
+        local = [b for b in bases if _class_node(f"{cls.rpartition('.')[0]}.{b}")]
+        if not local:
+            break
+        cls = f"{cls.rpartition('.')[0]}.{local[0]}"
+    return False, f"{cls_path.rpartition('.')[2]} does not run {target_name}.{method}"
+
+
+# --- the audited worker classes --------------------------------------------------
+
+
+def _dspark_native() -> tuple[bool, str]:
+    cls = f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2"
+    init = _names(_method_node(f"{cls}.__init__"))
+    graphs = _names(_method_node(f"{cls}.init_cuda_graphs"))
+    if "disaggregation_mode" in init and "_decode_graph_allowed" in graphs:
+        return True, "DSparkWorkerV2 allows no decode graph on a prefill server"
+    return False, "DSparkWorkerV2 does not ask the disaggregation mode"
+
+
+def _dspark_buffers_native() -> tuple[bool, str]:
+    cls = f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2"
+    init = _names(_method_node(f"{cls}.__init__"))
+    native, why = _dspark_native()
+    if "DsparkVerifyEpilogue" not in init:
+        return native, why
+    if native and "_decode_graph_allowed" in init:
+        return True, "its verify epilogue is built only with a decode graph"
+    return False, "its verify epilogue does not ask the disaggregation mode"
+
+
+def _uno_native() -> tuple[bool, str]:
+    method = f"{_SPEC}.uno_worker_v2.UnoWorkerV2.init_cuda_graphs"
+    if "decode_cuda_graph_runner" in _names(_method_node(method)):
+        return True, "captured only with the target's verify graph"
+    return False, "UnoWorkerV2 captures its tree draft graph unconditionally"
+
+
+def _calls(method: str, name: str) -> bool:
+    """Whether upstream's ``method`` (dotted) names ``name`` in its code."""
+    return name in _names(_method_node(method))
+
+
+def _ngram_buffers() -> tuple[bool, str]:
+    cls = f"{_SPEC}.ngram_worker.NGRAMWorker"
+    callers = [m for m in ("alloc_memory_pool", "__init__") if _defines(cls, m)]
+    if not any(_calls(f"{cls}.{m}", "_init_preallocated_tensors") for m in callers):
+        return False, "NGRAMWorker preallocates no verify tensors"
+    if any(_calls(f"{cls}.{m}", "disaggregation_mode") for m in callers):
+        return False, "NGRAMWorker asks the disaggregation mode: not read"
+    return True, (
+        "NGRAMWorker._init_preallocated_tensors: the verify tree's tokens, positions "
+        "and retrieve indexes (5 x int64, max running requests x draft tokens) and "
+        "its mask (bool, x draft tokens again), read only by a verify step; and "
+        "host memory for the n-gram trie (--speculative-ngram-capacity nodes, "
+        "10,000,000 by default: about 2 GiB), drafted from only on a decode step"
+    )
+
+
+def _dflash_prewarm() -> tuple[bool, str]:
+    method = f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2.prewarm_sampling"
+    if not _calls(method, "_get_or_create_chain_verify_buffers"):
+        return False, "DFlashWorkerV2 rehearses no verify sampling"
+    if _calls(method, "disaggregation_mode"):
+        return False, "DFlashWorkerV2.prewarm_sampling asks the disaggregation mode"
+    return True, (
+        "DFlashWorkerV2.prewarm_sampling, from Scheduler.__init__ on every role: a "
+        "verify-sampling rehearsal (batch x block x vocab fp32 logits, transient) "
+        "and chain-verify buffers kept for the process's life"
+    )
+
+
+def _uno_tree_backend() -> tuple[bool, str]:
+    method = f"{_SPEC}.uno_worker_v2.UnoWorkerV2.init_attention_backends"
+    if not _calls(method, "_build_uno_draft_attn_backend"):
+        return False, "UnoWorkerV2 builds no private draft attention backend"
+    if _calls(method, "disaggregation_mode"):
+        return False, "UnoWorkerV2 asks the disaggregation mode: not read"
+    return True, (
+        "UnoWorkerV2.init_attention_backends: a private tree-draft attention "
+        "backend (its own workspace), used only by a decode step's tree draft"
+    )
+
+
+_LINEAR = "sglang.srt.layers.attention.linear"
+
+
+def _verify_indices() -> tuple[bool, str]:
+    backends = [
+        f"{_LINEAR}.gdn_backend.GDNAttnBackend.__init__",
+        f"{_LINEAR}.kda_backend.KDAAttnBackend.__init__",
+    ]
+    builders = [
+        b for b in backends if _calls(b, "build_verify_intermediate_state_indices")
+    ]
+    if not builders:
+        return False, "its linear-attention backends build no verify index table"
+    if any(_calls(b, "disaggregation_mode") for b in builders):
+        return False, "its linear-attention backends ask the disaggregation mode"
+    names = " and ".join(b.split(".")[-2] for b in builders)
+    return True, (
+        f"{names}: build_verify_intermediate_state_indices, an int32 row per mamba "
+        f"slot into the verify snapshots, read only by a verify step"
+    )
+
+
+def _topk1_chain(draft: str) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
+        name = draft.rpartition(".")[2]
+        if not _calls(f"{draft}.__init__", "_rebuild_topk1_chain_buffers"):
+            base = _bases(draft)
+            inherited = base and _calls(
+                f"{draft.rpartition('.')[0]}.{base[0]}.__init__",
+                "_rebuild_topk1_chain_buffers",
+            )
+            if not inherited:
+                return False, f"{name} builds no topk-1 chain buffers"
+        return True, (
+            f"{name}: _rebuild_topk1_chain_buffers, the draft chain's parent and "
+            f"score indexes (int64, max running requests x steps), read only by "
+            f"a draft decode step"
+        )
+
+    return check
+
+
+def aliases() -> dict[str, tuple[str, ...]]:
+    """Reserved spellings (``NEXTN``) -> the algorithms SGLang resolves them to
+    (the names its alias resolution returns)."""
+    try:
+        registry = importlib.import_module(f"{_SPEC}.spec_registry")
+        reserved = sorted(getattr(registry, "_RESERVED_ALIASES", ()))
+    except ImportError:
+        return {}
+    hook = _module_tree("sglang.srt.arg_groups.speculative_hook")
+    returned = set()
+    for node in ast.walk(hook) if hook else ():
+        if (
+            isinstance(node, ast.FunctionDef)
+            and node.name == "_resolve_speculative_algorithm_alias"
+        ):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Constant):
+                    returned.add(sub.value.value)
+    return {alias: tuple(sorted(returned)) for alias in reserved if returned}
