@@ -203,7 +203,8 @@ def test_sglang_takes_adaptive_speculation_for_eagle_and_eagle3_only():
         and all(isinstance(e, ast.Constant) for e in node.elts)
     ]
     assert {tuple(e.value for e in t.elts) for t in tuples} >= {("EAGLE", "EAGLE3")}
-    from sglang_pd_lean.audit_claims import AUDITED, ByGate, _module_tree
+    from sglang_pd_lean.audit_claims import AUDITED, ByGate
+    from sglang_pd_lean.audit_reading import _module_tree
 
     for path, audited in AUDITED.items():
         tree = _module_tree(path.rpartition(".")[0])  # read, not imported
