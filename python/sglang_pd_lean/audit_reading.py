@@ -136,44 +136,47 @@ def _calls(method: str, name: str) -> bool:
     return name in _names(_method_node(method))
 
 
+def _built_unasked(methods: list[str], builder: str, built: str) -> tuple[bool, str]:
+    """(True, ``built``) where one of upstream's ``methods`` (dotted) calls
+    ``builder`` and none of those asks the disaggregation mode; else (False, why)."""
+    callers = [method for method in methods if _calls(method, builder)]
+    if not callers:
+        return False, f"no {builder} here"
+    if any(_calls(method, "disaggregation_mode") for method in callers):
+        owner = callers[0].split(".")[-2]
+        return False, f"{owner} asks the disaggregation mode: not read"
+    return True, built
+
+
 def _ngram_buffers() -> tuple[bool, str]:
     cls = f"{_SPEC}.ngram_worker.NGRAMWorker"
-    callers = [m for m in ("alloc_memory_pool", "__init__") if _defines(cls, m)]
-    if not any(_calls(f"{cls}.{m}", "_init_preallocated_tensors") for m in callers):
-        return False, "NGRAMWorker preallocates no verify tensors"
-    if any(_calls(f"{cls}.{m}", "disaggregation_mode") for m in callers):
-        return False, "NGRAMWorker asks the disaggregation mode: not read"
-    return True, (
+    return _built_unasked(
+        [f"{cls}.alloc_memory_pool", f"{cls}.__init__"],
+        "_init_preallocated_tensors",
         "NGRAMWorker._init_preallocated_tensors: the verify tree's tokens, positions "
         "and retrieve indexes (5 x int64, max running requests x draft tokens) and "
         "its mask (bool, x draft tokens again), read only by a verify step; and "
         "host memory for the n-gram trie (--speculative-ngram-capacity nodes, "
-        "10,000,000 by default: about 2 GiB), drafted from only on a decode step"
+        "10,000,000 by default: about 2 GiB), drafted from only on a decode step",
     )
 
 
 def _dflash_prewarm() -> tuple[bool, str]:
-    method = f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2.prewarm_sampling"
-    if not _calls(method, "_get_or_create_chain_verify_buffers"):
-        return False, "DFlashWorkerV2 rehearses no verify sampling"
-    if _calls(method, "disaggregation_mode"):
-        return False, "DFlashWorkerV2.prewarm_sampling asks the disaggregation mode"
-    return True, (
+    return _built_unasked(
+        [f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2.prewarm_sampling"],
+        "_get_or_create_chain_verify_buffers",
         "DFlashWorkerV2.prewarm_sampling, from Scheduler.__init__ on every role: a "
         "verify-sampling rehearsal (batch x block x vocab fp32 logits, transient) "
-        "and chain-verify buffers kept for the process's life"
+        "and chain-verify buffers kept for the process's life",
     )
 
 
 def _uno_tree_backend() -> tuple[bool, str]:
-    method = f"{_SPEC}.uno_worker_v2.UnoWorkerV2.init_attention_backends"
-    if not _calls(method, "_build_uno_draft_attn_backend"):
-        return False, "UnoWorkerV2 builds no private draft attention backend"
-    if _calls(method, "disaggregation_mode"):
-        return False, "UnoWorkerV2 asks the disaggregation mode: not read"
-    return True, (
+    return _built_unasked(
+        [f"{_SPEC}.uno_worker_v2.UnoWorkerV2.init_attention_backends"],
+        "_build_uno_draft_attn_backend",
         "UnoWorkerV2.init_attention_backends: a private tree-draft attention "
-        "backend (its own workspace), used only by a decode step's tree draft"
+        "backend (its own workspace), used only by a decode step's tree draft",
     )
 
 
@@ -181,21 +184,14 @@ _LINEAR = "sglang.srt.layers.attention.linear"
 
 
 def _verify_indices() -> tuple[bool, str]:
-    backends = [
-        f"{_LINEAR}.gdn_backend.GDNAttnBackend.__init__",
-        f"{_LINEAR}.kda_backend.KDAAttnBackend.__init__",
-    ]
-    builders = [
-        b for b in backends if _calls(b, "build_verify_intermediate_state_indices")
-    ]
-    if not builders:
-        return False, "its linear-attention backends build no verify index table"
-    if any(_calls(b, "disaggregation_mode") for b in builders):
-        return False, "its linear-attention backends ask the disaggregation mode"
-    names = " and ".join(b.split(".")[-2] for b in builders)
-    return True, (
-        f"{names}: build_verify_intermediate_state_indices, an int32 row per mamba "
-        f"slot into the verify snapshots, read only by a verify step"
+    return _built_unasked(
+        [
+            f"{_LINEAR}.gdn_backend.GDNAttnBackend.__init__",
+            f"{_LINEAR}.kda_backend.KDAAttnBackend.__init__",
+        ],
+        "build_verify_intermediate_state_indices",
+        "GDN and KDA backends: build_verify_intermediate_state_indices, an int32 "
+        "row per mamba slot into the verify snapshots, read only by a verify step",
     )
 
 
