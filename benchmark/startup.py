@@ -86,7 +86,8 @@ except ImportError:
     plugin = None
 if hasattr(plugin, "launch") and not compat.kill_switch_on():
     args = types.SimpleNamespace(speculative_algorithm="EAGLE",
-                                 enable_multi_layer_eagle=False)
+                                 enable_multi_layer_eagle=False,
+                                 disable_overlap_schedule=True)
     before = sglang_modules()
     start = time.perf_counter()
     plugin.launch(None, args)

@@ -105,7 +105,8 @@ ENTRY = {
 LAUNCH = """
 import types
 args = types.SimpleNamespace(speculative_algorithm={algorithm!r},
-                             enable_multi_layer_eagle=False)
+                             enable_multi_layer_eagle=False,
+                             disable_overlap_schedule=True)
 before = set(sys.modules)
 from sglang_pd_lean import compat, plugin
 if compat.kill_switch_on():
@@ -225,7 +226,8 @@ LATE_SCHEDULER = """
 import types
 from sglang.srt.managers.scheduler import Scheduler
 args = types.SimpleNamespace(speculative_algorithm="EAGLE",
-                             enable_multi_layer_eagle=False)
+                             enable_multi_layer_eagle=False,
+                             disable_overlap_schedule=True)
 try:
     Scheduler(server_args=args, port_args=None)
 except Exception:

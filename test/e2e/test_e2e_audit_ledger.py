@@ -1,8 +1,9 @@
 """Every tensor a CPU prefill server keeps from its start-up, accounted for.
 
 For every speculative algorithm whose PD prefill server starts on a CPU (NEXTN,
-EAGLE3, STANDALONE, NGRAM: ``e2e_ledger_runs`` and ``e2e_algos``; DFLASH, DSPARK,
-UNO and FROZEN_KV_MTP need tiny drafts of their own architectures, not built yet),
+EAGLE3, STANDALONE, NGRAM: ``e2e_ledger_runs`` and ``e2e_algos``; NEXTN also on the
+MLA, TP 2 and attention-DP shapes of ``e2e_shapes``; why DFLASH, DSPARK, UNO and
+FROZEN_KV_MTP are not here yet: docs/testing.md),
 the plugin's server keeps a start-up allocation ledger (``site/e2e_ledger.py``):
 each storage ``Scheduler.__init__`` allocated and still holds when it returns, with
 the SGLang call chain that asked for it. Each such entry is accounted for by the
@@ -56,10 +57,15 @@ SERVES_PREFILL = {
     "EAGLEWorkerV2.__init__": "worker state",
     "StandaloneWorkerV2.__init__": "worker state",
 }
-# The plugin's prefill server of each algorithm (runs of e2e_runs.RUNS).
+# The plugin's speculative prefill servers that keep a ledger (runs of
+# e2e_runs.RUNS, e2e_algos.ALGO_RUNS and e2e_shapes.SHAPE_RUNS) -> their algorithm.
 PREFILL_RUNS = {
-    "NEXTN": "prefill, ledger",
-    **{algo: f"{algo} prefill" for algo in ALGORITHMS},
+    "prefill, ledger": "NEXTN",
+    **{f"{algo} prefill": algo for algo in ALGORITHMS},
+    # The shapes: MLA (DeepSeek V3), TP 2 and attention DP, NEXTN each.
+    "mla prefill": "NEXTN",
+    "tp 2 prefill": "NEXTN",
+    "attention dp prefill": "NEXTN",
 }
 
 
@@ -96,8 +102,9 @@ def worker_row(algorithm: str):
     return rows[0]
 
 
-def started_ledger(runs, algorithm: str, device: str):
-    run = runs.get(PREFILL_RUNS[algorithm], device)
+def started_ledger(runs, name: str, device: str):
+    algorithm = PREFILL_RUNS[name]
+    run = runs.get(name, device)
     if not run.ready and device == "cpu":
         failure = jit_build_failure(run)
         if failure:
@@ -144,7 +151,7 @@ def test_ngrams_verify_tensors_are_the_bytes_the_audit_names(runs, device):
     """NGRAM's preallocated verify tensors, against the audit's words: five int64
     tensors of max running requests x draft tokens and a bool mask of max running
     requests x draft tokens squared (the server's own resolved figures)."""
-    run, ledgers = started_ledger(runs, "NGRAM", device)
+    run, ledgers = started_ledger(runs, "NGRAM prefill", device)
     cell = worker_row("NGRAM").cells["verify_buffers"]
     assert "5 x int64" in cell.detail and "bool" in cell.detail
     kept = sum(
