@@ -43,7 +43,7 @@ _decision = None  # compat.Decision: what register() acted on
 
 # Who calls load_plugins(), by module and function ("<module>": the module's own
 # code), and the process that is, where it builds no model (None: a scheduler
-# rank). ``model_free_process`` reads it: the innermost known caller decides.
+# rank). ``caller`` reads it: the innermost known caller decides.
 LOAD_PLUGINS_CALLERS: tuple[tuple[str, str, str | None], ...] = (
     ("sglang.srt.managers.scheduler", "run_scheduler_process", None),
     ("sglang.launch_server", "<module>", "the launcher"),  # its __main__ block
@@ -82,21 +82,21 @@ def _frame_module(frame) -> str:
     return getattr(spec, "name", None) or frame.f_globals.get("__name__", "")
 
 
-def model_free_process() -> str | None:
-    """What this process is where SGLang builds no model in it (the launcher, the
-    detokenizer, the DP controller), read from who called ``load_plugins()``
-    (``LOAD_PLUGINS_CALLERS``; SGLang starts each of those processes with the
-    spawn method, so each calls ``load_plugins()`` afresh and a scheduler never
-    inherits a launcher's empty registration); None for a scheduler rank or a
-    caller the table does not know (if in doubt, gate)."""
+def caller() -> tuple[str, str, str | None] | None:
+    """The innermost ``LOAD_PLUGINS_CALLERS`` entry on the stack: who called
+    ``load_plugins()`` (its third field: the process, where it builds no model; None
+    for a scheduler rank). None for a caller the table does not know (if in doubt,
+    gate). SGLang starts each of those processes with the spawn method, so each
+    calls ``load_plugins()`` afresh."""
     frame = sys._getframe(1)
     for _ in range(_MAX_FRAMES):
         if frame is None:
             return None
         module = _frame_module(frame)
-        for known_module, function, kind in LOAD_PLUGINS_CALLERS:
+        for entry in LOAD_PLUGINS_CALLERS:
+            known_module, function, _ = entry
             if module == known_module and _is(frame.f_code, function):
-                return kind
+                return entry
         frame = frame.f_back
     return None
 
@@ -126,9 +126,10 @@ def register() -> bool:
     _registered = True
 
     try:
-        process = model_free_process()
+        known = caller()
     except Exception:  # if in doubt, gate
-        process = None
+        known = None
+    process = known[2] if known else None  # a process that builds no model
     if process is not None and not _scheduler_loaded():
         # Returns before importing anything: no module, no hook, no time.
         logger.debug(f"[sglang-pd-lean] {process} builds no model: no hooks here")
@@ -152,7 +153,7 @@ def register() -> bool:
         _decision = compat.Decision(version, (), (), (), refused, False)
         logger.warning(f"[sglang-pd-lean] {refused}")
         return False
-    if _in_scheduler_rank():
+    if known is not None:  # a scheduler rank: its Scheduler.__init__ knows the launch
         _register_launch_hooks()
         logger.debug(
             "[sglang-pd-lean] the gates are chosen when the scheduler starts, "
@@ -165,28 +166,6 @@ def register() -> bool:
     # summary once SGLang has configured it (record.announce).
     logger.info(summary)
     return True
-
-
-def _in_scheduler_rank() -> bool:
-    """Whether SGLang's scheduler entry (``run_scheduler_process``) called
-    ``load_plugins()``: its ``Scheduler.__init__`` will say what the launch is."""
-    frame = sys._getframe(1)
-    scheduler_entries = [
-        (module, function)
-        for module, function, kind in LOAD_PLUGINS_CALLERS
-        if kind is None
-    ]
-    for _ in range(_MAX_FRAMES):
-        if frame is None:
-            return False
-        module = _frame_module(frame)
-        if any(
-            module == known and _is(frame.f_code, function)
-            for known, function in scheduler_entries
-        ):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _scheduler_loaded() -> bool:
