@@ -116,11 +116,12 @@ def started_ledger(runs, name: str, device: str):
     return run, ledgers
 
 
-@pytest.mark.parametrize("algorithm", list(PREFILL_RUNS))
-def test_every_tensor_a_prefill_server_keeps_is_accounted_for(runs, device, algorithm):
+@pytest.mark.parametrize("name", list(PREFILL_RUNS))
+def test_every_tensor_a_prefill_server_keeps_is_accounted_for(runs, device, name):
     from sglang_pd_lean.audit import State
 
-    run, ledgers = started_ledger(runs, algorithm, device)
+    algorithm = PREFILL_RUNS[name]
+    run, ledgers = started_ledger(runs, name, device)
     row = worker_row(algorithm)
     unaccounted, verify = [], collections.Counter()
     for ledger in ledgers:
