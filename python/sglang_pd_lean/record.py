@@ -10,12 +10,14 @@
                 "upstream": {"kv_bytes": ..., "kv_tokens": ..., "mamba_slots": ...},
                 "plugin": {"kv_bytes": ..., "kv_tokens": ..., "mamba_slots": ...}}}
 
-``plugin.register()`` writes each gate's state on the installed SGLang (native
-upstream, applied by the plugin, ...). A gate asked on this rank turns it into
+``plugin.register()`` (or, in a scheduler rank, the plugin's launch hook) writes
+each gate's state on the installed SGLang (native upstream, applied by the plugin,
+not used by this launch, ...). A gate asked on this rank turns it into
 "acted" where it removed work upstream would have done, else "stepped aside" with
 the reason; "acted" is never turned back. Three reporting hooks carry the record to
 the operator: ``Scheduler.__init__`` (BEFORE) logs the registration summary once
-SGLang has configured the rank's logging, ``Scheduler.get_internal_state`` (AFTER)
+SGLang has configured the rank's logging (where ``register()`` registered every
+gate at once; the launch hook logs its own there), ``Scheduler.get_internal_state`` (AFTER)
 adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry, and
 ``KVCacheConfigurator._handle_max_mamba_cache`` (BEFORE) keeps the budget the
 target's sizing received (``total_rest_memory``, GiB; SGLang does not log it, and
