@@ -163,13 +163,6 @@ def test_a_process_that_builds_no_model_imports_nothing_and_hooks_at_most_the_la
     assert with_plugin["hooks"] == expected
 
 
-def test_a_scheduler_rank_registers_only_the_launch_hook_and_imports_nothing():
-    with_plugin = load_plugins_in("scheduler")
-    upstream = load_plugins_in("scheduler", kill_switch=True)
-    assert foreign(with_plugin, upstream) == set()
-    assert with_plugin["hooks"] == [plugin.LAUNCH_TARGET]
-
-
 def _expected_launch_hooks(speculative_modules: set[str], speculative: bool):
     """Every hook target compat.decide() names for this release, but a gate whose
     code is in a speculative worker module SGLang did not import for the launch;
@@ -187,12 +180,15 @@ def _expected_launch_hooks(speculative_modules: set[str], speculative: bool):
 
 
 @pytest.mark.parametrize("algorithm", [None, "EAGLE"])
-def test_the_launch_hook_registers_what_the_launch_uses_and_imports_no_other_worker(
+def test_a_scheduler_rank_registers_the_launch_hook_then_what_the_launch_uses(
     algorithm,
 ):
     after = LAUNCH.format(algorithm=algorithm)
     with_plugin = load_plugins_in("scheduler", after=after)
     upstream = load_plugins_in("scheduler", kill_switch=True, after=after)
+    # A scheduler rank's load_plugins(): only the launch hook, nothing imported.
+    assert foreign(with_plugin, upstream) == set()
+    assert with_plugin["hooks"] == [plugin.LAUNCH_TARGET]
 
     def speculative(seen):
         return {
