@@ -16,7 +16,7 @@ depends on who called (``LOAD_PLUGINS_CALLERS``):
   one target instead of every gate's;
 - a process that builds no model (the launcher: ``launch_server``, ``sglang serve``,
   ``Engine``; the detokenizer and the DP controller on releases that load plugins
-  there): nothing, and no module imported, unless SGLang's scheduler class is already
+  there): nothing, and no SGLang module imported, unless SGLang's scheduler class is already
   loaded there (``Engine``, the DP controller): then the same launch hook, so that a
   scheduler built in that process after all (in-process, or a forked child, which
   never calls ``load_plugins()`` again) still gets its gates;
@@ -35,6 +35,7 @@ import logging
 import sys
 
 from sglang_pd_lean.seams import SCHEDULER
+from sglang_pd_lean.upstream import loaded
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +131,11 @@ def register() -> bool:
     except Exception:  # if in doubt, gate
         known = None
     process = known[2] if known else None  # a process that builds no model
-    if process is not None and not _scheduler_loaded():
-        # Returns before importing anything: no module, no hook, no time.
+    # Where SGLang's scheduler class is already loaded here (``Engine``, the DP
+    # controller), a scheduler may still be built in this process (in-process, or a
+    # forked child, which never calls load_plugins() again): it needs the launch hook.
+    if process is not None and not loaded(SCHEDULER):
+        # No SGLang module imported, no hook.
         logger.debug(f"[sglang-pd-lean] {process} builds no model: no hooks here")
         return False
     from sglang_pd_lean import compat
@@ -166,16 +170,6 @@ def register() -> bool:
     # summary once SGLang has configured it (record.announce).
     logger.info(summary)
     return True
-
-
-def _scheduler_loaded() -> bool:
-    """Whether SGLang's scheduler class is already loaded here
-    (``Engine``, the DP controller import it): then a scheduler may be built in this
-    process after all (in-process, or a forked child, which never calls
-    ``load_plugins()`` again) and needs the launch hook."""
-    module_name, _, name = SCHEDULER.rpartition(".")
-    module = sys.modules.get(module_name)
-    return module is not None and name in vars(module)
 
 
 def _register_launch_hooks() -> None:
