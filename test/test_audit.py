@@ -29,19 +29,24 @@ def matrix():
 DRAFT_PIECES = {
     # SGLang takes --speculative-adaptive for EAGLE / EAGLE3 on EAGLEWorkerV2 only.
     # The EAGLE family's draft builds its topk-1 chain buffers on every role.
-    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "built", "adaptive", "-"),
-    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "built", "-", "-"),
-    "MultiLayerEagleWorkerV2": ("-", "multi_layer_graph", "built from 17", "-", "-"),
-    "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-", "-", "-"),
+    "EAGLEWorkerV2": ("draft_graph", "draft_graph", "built", "adaptive", "-", "-"),
+    "StandaloneWorkerV2": ("draft_graph", "draft_graph", "built", "-", "-", "-"),
+    "MultiLayerEagleWorkerV2": (
+        "-", "multi_layer_graph", "built from 17", "-", "-", "-",
+    ),  # fmt: skip
+    "FrozenKVMTPWorkerV2": ("frozen_kv_graph", "-", "-", "-", "-", "-"),
     # DFlash rehearses verify sampling in prewarm_sampling from 0.5.20, on every role.
-    "DFlashWorkerV2": ("dflash_graph", "-", "dflash_graph", "-", "built from 20"),
+    # DFlash and DSpark build their draft block's position offsets in __init__.
+    "DFlashWorkerV2": (
+        "dflash_graph", "-", "dflash_graph", "-", "built from 20", "built",
+    ),  # fmt: skip
     # DSPARK asks the disaggregation mode itself from 0.5.17.
-    "DSparkWorkerV2": ("dspark", "-", "dspark", "-", "-"),
+    "DSparkWorkerV2": ("dspark", "-", "dspark", "-", "-", "built"),
     # UNO (0.5.20+) captures its tree draft graph only with the target's; its
     # private tree-draft attention backend is built on every role.
-    "UnoWorkerV2": ("native", "-", "built", "-", "-"),
+    "UnoWorkerV2": ("native", "-", "built", "-", "-", "-"),
     # NGRAM preallocates its verify tensors (and its trie) on every role.
-    "NGRAMWorker": ("-", "-", "built", "-", "-"),
+    "NGRAMWorker": ("-", "-", "built", "-", "-", "-"),
 }
 DRAFT_KEYS = (
     "draft_decode_graph",
@@ -49,6 +54,7 @@ DRAFT_KEYS = (
     "verify_buffers",
     "adaptive_states",
     "verify_prewarm",
+    "block_inputs",
 )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from sglang_pd_lean.audit_reading import (
+    _block_inputs,
     _dflash_prewarm,
     _dspark_buffers_native,
     _dspark_native,
@@ -72,6 +73,7 @@ PIECES = (
     Piece("verify_buffers", "own verify buffers", "draft"),
     Piece("adaptive_states", "adaptive states", "draft"),
     Piece("verify_prewarm", "verify sampling rehearsal", "draft"),
+    Piece("block_inputs", "draft block inputs", "draft"),
 )
 PIECE_KEYS = tuple(piece.key for piece in PIECES)
 
@@ -156,6 +158,7 @@ _ADAPTIVE = ByGate("adaptive", "--speculative-adaptive is set (EAGLE, EAGLE3, NE
 _NOT_ADAPTIVE = Absent("SGLang takes --speculative-adaptive for EAGLE and EAGLE3 only")
 # The sampling warm-up a worker runs at start-up, where it is not DFlash's own.
 _TARGETS_PREWARM = Absent("the target's own sampling warm-up, which prefill uses")
+_NO_BLOCK = Absent("it drafts no token block")
 
 AUDITED: dict[str, Audited] = {
     f"{_SPEC}.eagle_worker_v2.EAGLEWorkerV2": Audited(
@@ -166,6 +169,7 @@ AUDITED: dict[str, Audited] = {
             "verify_buffers": BuiltIf(_topk1_chain(_EAGLE_DRAFT), _TOPK1),
             "adaptive_states": _ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": _NO_BLOCK,
         },
     ),
     f"{_SPEC}.standalone_worker_v2.StandaloneWorkerV2": Audited(
@@ -187,6 +191,7 @@ AUDITED: dict[str, Audited] = {
             ),
             "adaptive_states": _NOT_ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": _NO_BLOCK,
         },
     ),
     f"{_SPEC}.multi_layer_eagle_worker_v2.MultiLayerEagleWorkerV2": Audited(
@@ -208,6 +213,7 @@ AUDITED: dict[str, Audited] = {
                 "SGLang refuses --speculative-adaptive with multi-layer EAGLE"
             ),
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": _NO_BLOCK,
         },
     ),
     f"{_SPEC}.frozen_kv_mtp_worker_v2.FrozenKVMTPWorkerV2": Audited(
@@ -222,6 +228,7 @@ AUDITED: dict[str, Audited] = {
             "verify_buffers": _NO_BUFFERS,
             "adaptive_states": Absent("it asserts --speculative-adaptive is off"),
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": _NO_BLOCK,
         },
         note="also NEXTN / EAGLE with a Gemma 4 assistant draft",
     ),
@@ -243,6 +250,10 @@ AUDITED: dict[str, Audited] = {
             "verify_prewarm": BuiltIf(
                 _dflash_prewarm, "on CUDA, with its sampling verify kernels"
             ),
+            "block_inputs": BuiltIf(
+                _block_inputs(f"{_SPEC}.dflash_worker_v2.DFlashWorkerV2"),
+                "DFLASH runs (every role)",
+            ),
         },
     ),
     f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2": Audited(
@@ -258,6 +269,12 @@ AUDITED: dict[str, Audited] = {
             ),
             "adaptive_states": _NOT_ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": BuiltIf(
+                _block_inputs(
+                    f"{_SPEC}.dspark_components.dspark_worker_v2.DSparkWorkerV2"
+                ),
+                "DSPARK runs (every role)",
+            ),
         },
     ),
     f"{_SPEC}.uno_worker_v2.UnoWorkerV2": Audited(
@@ -274,6 +291,7 @@ AUDITED: dict[str, Audited] = {
             ),
             "adaptive_states": _NOT_ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": _NO_BLOCK,
         },
     ),
     f"{_SPEC}.ngram_worker.NGRAMWorker": Audited(
@@ -284,6 +302,7 @@ AUDITED: dict[str, Audited] = {
             "verify_buffers": BuiltIf(_ngram_buffers, "NGRAM runs (every role)"),
             "adaptive_states": _NOT_ADAPTIVE,
             "verify_prewarm": _TARGETS_PREWARM,
+            "block_inputs": _NO_BLOCK,
         },
     ),
 }

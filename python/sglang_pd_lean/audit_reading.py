@@ -180,6 +180,52 @@ def _uno_tree_backend() -> tuple[bool, str]:
     )
 
 
+def _called_unasked(method: str, builder: str) -> bool | None:
+    """Whether upstream's ``method`` calls ``builder`` outside every ``if`` that asks
+    the disaggregation mode (None: it does not call it). Finer than
+    ``_built_unasked``, for a method that asks the mode about something else."""
+    node = _method_node(method)
+    if node is None:
+        return None
+
+    def visit(sub: ast.AST, asked: bool) -> list[bool]:
+        if isinstance(sub, ast.Call) and builder in _names(sub.func):
+            return [asked]
+        found = []
+        for child in ast.iter_child_nodes(sub):
+            guarded = isinstance(sub, ast.If | ast.IfExp) and child is not sub.test
+            found += visit(
+                child, asked or (guarded and "disaggregation_mode" in _names(sub.test))
+            )
+        return found
+
+    calls = visit(node, False)
+    return (not all(calls)) if calls else None
+
+
+def _block_inputs(worker: str) -> Callable[[], tuple[bool, str]]:
+    """DFlash's and DSpark's draft-block constants, built in ``worker.__init__``."""
+
+    def check() -> tuple[bool, str]:
+        name = worker.rpartition(".")[2]
+        built = _called_unasked(f"{worker}.__init__", "build_block_pos_offsets")
+        if built is None:
+            return False, f"{name} builds no draft block offsets"
+        if not built:
+            return False, f"{name} builds them only where the mode asks: not read"
+        proposer = f"{_SPEC}.dspark_components.dspark_draft.DraftBlockProposer"
+        noise = "dspark" in worker and _calls(f"{proposer}.__init__", "DraftNoise")
+        return True, (
+            f"{name}.__init__: build_block_pos_offsets and "
+            "make_draft_block_spec_info, the draft block's position offsets "
+            "(int64, one per block token) and an empty verify spec info"
+            + (", and its block proposer's noise offset (one int64)" if noise else "")
+            + ", read only by a decode step's draft block"
+        )
+
+    return check
+
+
 _LINEAR = "sglang.srt.layers.attention.linear"
 
 

@@ -11,6 +11,16 @@ with the plugin left out of SGLang's allow-list (``SGLANG_PLUGINS``):
 - NGRAM has no draft model: its worker (``NGRAMWorker``) drafts from a token trie
   (``NgramCorpus``, SGLang's JIT-compiled C++) and verifies on the target.
 
+``LEDGER_ALGORITHMS`` run only as a PD prefill server with the plugin, keeping the
+start-up allocation ledger (``test_e2e_audit_ledger.py`` accounts for each entry):
+
+- FROZEN_KV_MTP: a Gemma 4 assistant draft on a tiny Gemma 4 text target (the
+  assistant binds to its target's Gemma 4 layer types; the Qwen3-Next target has
+  none).
+- DFLASH and DSPARK: block drafts on the tiny Qwen3-Next. SGLang refuses both on
+  ``--device cpu`` while it resolves its arguments (a device check, no kernel);
+  the CPU stand-in 9 (``site/e2e_standins.py``) lifts that check alone.
+
 ``Runs.server`` in ``e2e_runs`` builds a server of ``ALGO_RUNS`` with
 ``algo_args``; ``Runs.get`` starts it as it starts the others.
 """
@@ -22,7 +32,7 @@ import dataclasses
 import os
 
 from harness import COMMON_ARGS, LEDGER_ENV, PD_TRANSFER_ARGS
-from tiny_model import write_draft
+from tiny_model import write_draft, write_model
 
 # SGLang's allow-list of plugins, naming a plugin that is not ours.
 NOT_OUR_PLUGIN = "some_other_plugin"
@@ -38,6 +48,9 @@ class Algorithm:
     flags: list[str]
     # ``tiny_model.DRAFT_CONFIGS`` key of its separate draft checkpoint; None: none.
     draft: str | None = None
+    # ``tiny_model.MODEL_CONFIGS`` key of its target; None: the session's
+    # tiny Qwen3-Next.
+    target: str | None = None
 
 
 ALGORITHMS = {
@@ -57,6 +70,32 @@ ALGORITHMS = {
         ]  # fmt: skip
     ),
 }
+# Prefill servers with the ledger only.
+LEDGER_ALGORITHMS = {
+    "FROZEN_KV_MTP": Algorithm(
+        ["--speculative-algorithm", "FROZEN_KV_MTP", *ONE_STEP],
+        "gemma4-assistant",
+        "gemma4",
+    ),
+    # The block size of each draft config; the draft attention backend named, as
+    # the resolution would pick a GPU one for the device the stand-in shows it.
+    "DFLASH": Algorithm(
+        [
+            "--speculative-algorithm", "DFLASH",
+            "--speculative-dflash-block-size", "4",
+            "--speculative-draft-attention-backend", "triton",
+        ],  # fmt: skip
+        "dflash",
+    ),
+    "DSPARK": Algorithm(
+        [
+            "--speculative-algorithm", "DSPARK",
+            "--speculative-dspark-block-size", "3",
+            "--speculative-draft-attention-backend", "triton",
+        ],  # fmt: skip
+        "dspark",
+    ),
+}
 PREFILL = ["--disaggregation-mode", "prefill", *PD_TRANSFER_ARGS]
 # role suffix -> (role's launch flags, environment)
 # The prefill servers keep the start-up allocation ledger (site/e2e_ledger.py):
@@ -71,25 +110,34 @@ ROLES = {
     "null, allow-list without us": ([], {"SGLANG_PLUGINS": NOT_OUR_PLUGIN}),
 }
 # "ALGORITHM role" -> (algorithm, role suffix)
-ALGO_RUNS = {f"{algo} {role}": (algo, role) for algo in ALGORITHMS for role in ROLES}
+ALGO_RUNS = {
+    **{f"{algo} {role}": (algo, role) for algo in ALGORITHMS for role in ROLES},
+    **{f"{algo} prefill": (algo, "prefill") for algo in LEDGER_ALGORITHMS},
+}
 
 
-def algo_args(name: str, workdir: str) -> tuple[list[str], dict[str, str]]:
-    """Launch flags (after the model path) and environment of the run ``name`` of
-    ``ALGO_RUNS``; writes its draft checkpoint under ``workdir`` on first use. As
-    the NEXTN runs: the CPU recipe and an explicit decode graph backend (set,
-    upstream's draft worker reaches its graph-capture step, where the draft_graph
-    gate sits)."""
+def algo_args(
+    name: str, workdir: str, model_dir: str
+) -> tuple[str, list[str], dict[str, str]]:
+    """(target folder, launch flags after the model path, environment) of the run
+    ``name`` of ``ALGO_RUNS``; ``model_dir``: the session's tiny Qwen3-Next. Writes
+    its draft (and its own target) under ``workdir`` on first use. As the NEXTN
+    runs: the CPU recipe and an explicit decode graph backend (set, upstream's draft
+    worker reaches its graph-capture step, where the draft_graph gate sits)."""
     algo, role = ALGO_RUNS[name]
-    algorithm = ALGORITHMS[algo]
+    algorithm = {**ALGORITHMS, **LEDGER_ALGORITHMS}[algo]
     args = [*COMMON_ARGS, *algorithm.flags, "--cuda-graph-backend-decode", "full"]
     if algorithm.draft is not None:
         folder = os.path.join(workdir, f"tiny-draft-{algorithm.draft}")
         if not os.path.exists(os.path.join(folder, "config.json")):
             write_draft(folder, algorithm.draft)
         args += ["--speculative-draft-model-path", folder]
+    if algorithm.target is not None:
+        model_dir = os.path.join(workdir, f"tiny-{algorithm.target}")
+        if not os.path.exists(os.path.join(model_dir, "config.json")):
+            write_model(model_dir, algorithm.target)
     extra, env = ROLES[role]
-    return [*args, *extra], dict(env)
+    return model_dir, [*args, *extra], dict(env)
 
 
 # -- what the runs logged ------------------------------------------------------

@@ -246,9 +246,9 @@ class Runs:
                 folder, [*args, *added], device=device, workdir=self.workdir, env=env
             )
         if name in ALGO_RUNS:
-            args, env = algo_args(name, self.workdir)
+            folder, args, env = algo_args(name, self.workdir, self.model_dir)
             return Server(
-                self.model_dir,
+                folder,
                 [*args, *added],
                 device=device,
                 workdir=self.workdir,

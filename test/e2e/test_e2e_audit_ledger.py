@@ -1,9 +1,10 @@
 """Every tensor a CPU prefill server keeps from its start-up, accounted for.
 
 For every speculative algorithm whose PD prefill server starts on a CPU (NEXTN,
-EAGLE3, STANDALONE, NGRAM: ``e2e_ledger_runs`` and ``e2e_algos``; NEXTN also on the
-MLA, TP 2 and attention-DP shapes of ``e2e_shapes``; why DFLASH, DSPARK, UNO and
-FROZEN_KV_MTP are not here yet: docs/testing.md),
+EAGLE3, STANDALONE, NGRAM, FROZEN_KV_MTP; DFLASH and DSPARK with SGLang's device
+check lifted by a stand-in: ``e2e_ledger_runs`` and ``e2e_algos``; NEXTN also on the
+MLA, TP 2 and attention-DP shapes of ``e2e_shapes``; why UNO cannot start on a CPU:
+docs/testing.md),
 the plugin's server keeps a start-up allocation ledger (``site/e2e_ledger.py``):
 each storage ``Scheduler.__init__`` allocated and still holds when it returns, with
 the SGLang call chain that asked for it. Each such entry is accounted for by the
@@ -28,7 +29,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from e2e_algos import ALGORITHMS, jit_build_failure
+from e2e_algos import ALGORITHMS, LEDGER_ALGORITHMS, jit_build_failure
 from e2e_ledger_runs import read_ledgers
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +39,11 @@ VERIFY_ONLY = {
     "NGRAMWorker._init_preallocated_tensors": "verify_buffers",
     "build_verify_intermediate_state_indices": "verify_indices",
     "EagleDraftWorkerBase._rebuild_topk1_chain_buffers": "verify_buffers",
+    # DFlash's and DSpark's draft block: position offsets, an empty spec info, and
+    # DSpark's draft noise offset.
+    "build_block_pos_offsets": "block_inputs",
+    "make_draft_block_spec_info": "block_inputs",
+    "DraftBlockProposer.__init__": "block_inputs",
 }
 # The frame -> why a prefill step uses what it allocates.
 SERVES_PREFILL = {
@@ -53,15 +59,17 @@ SERVES_PREFILL = {
     "create_tree_cache": "the prefix cache",
     "Scheduler.init_schedule_policy": "the schedule policy",
     "broadcast_pyobj": "rank start-up handshake",
-    # Two int64 scalars of the worker's own state.
+    # Two int64 scalars of the worker's own state (num_new_pages_per_topk,
+    # extend_lens), which no step reads.
     "EAGLEWorkerV2.__init__": "worker state",
     "StandaloneWorkerV2.__init__": "worker state",
+    "FrozenKVMTPWorkerV2.__init__": "worker state",
 }
 # The plugin's speculative prefill servers that keep a ledger (runs of
 # e2e_runs.RUNS, e2e_algos.ALGO_RUNS and e2e_shapes.SHAPE_RUNS) -> their algorithm.
 PREFILL_RUNS = {
     "prefill, ledger": "NEXTN",
-    **{f"{algo} prefill": algo for algo in ALGORITHMS},
+    **{f"{algo} prefill": algo for algo in [*ALGORITHMS, *LEDGER_ALGORITHMS]},
     # The shapes: MLA (DeepSeek V3), TP 2 and attention DP, NEXTN each.
     "mla prefill": "NEXTN",
     "tp 2 prefill": "NEXTN",
@@ -164,3 +172,36 @@ def test_ngrams_verify_tensors_are_the_bytes_the_audit_names(runs, device):
     requests = run.server_info["max_running_requests"]
     tokens = run.server_info["speculative_num_draft_tokens"]
     assert kept == requests * tokens * (5 * 8 + tokens)
+
+
+# The draft-graph gate of each ledger-only algorithm's own worker, read by hand:
+# FROZEN_KV_MTP's draft captures in FrozenKVMTPCudaGraphRunner, DFlash in its own
+# worker; DSPARK asks the disaggregation mode itself (no gate of ours).
+OWN_GATE = {
+    "FROZEN_KV_MTP": "frozen_kv_graph",
+    "DFLASH": "dflash_graph",
+    "DSPARK": None,
+}
+WORKER_GATES = {"frozen_kv_graph", "dflash_graph", "multi_layer_graph"}
+
+
+@pytest.mark.parametrize("algorithm", list(LEDGER_ALGORITHMS))
+def test_the_launch_registers_its_own_workers_gate_and_no_other(
+    runs, device, algorithm
+):
+    """Registration per launch on a real server (plugin.launch): the gate of the
+    algorithm's own worker is registered and asked on its prefill server; the other
+    workers' gates are "not used by this launch"."""
+    from e2e_runs import gate_lines
+
+    run, _ = started_ledger(runs, f"{algorithm} prefill", device)
+    own = OWN_GATE[algorithm]
+    lines = gate_lines(run)
+    for state in run.internal_states():
+        gates = state["pd_lean"]["gates"]
+        for gate in WORKER_GATES - {own}:
+            assert gates[gate] == "not used by this launch", (gate, gates)
+        if own is not None:
+            assert gates[own] in ("acted", "stepped aside"), (own, gates)
+            line = lines.get(own, "")
+            assert f"prefill target ({algorithm}) cannot run TARGET_VERIFY" in line

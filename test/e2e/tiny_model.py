@@ -9,7 +9,10 @@ vocab 512, one MTP layer for NEXTN drafting. Weights come from
 ``write_draft`` writes a separate tiny draft checkpoint the same way (config, the
 same tokenizer, dummy weights): a one-layer Llama for STANDALONE, and a one-layer
 EAGLE3 head (``LlamaForCausalLMEagle3``, the target's hidden size, since it reads the
-target's hidden states) for EAGLE3.
+target's hidden states) for EAGLE3; DFlash and DSpark block drafts (the same width);
+a Gemma 4 assistant for FROZEN_KV_MTP, whose target is the tiny Gemma 4 text model of
+``MODEL_CONFIGS`` (the assistant owns no KV: it reads its target's last sliding and
+last full-attention layer, which only a Gemma 4 target names in ``layer_types``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,45 @@ _TINY = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
+
+
+def _gemma4_text(hidden: int, layer_types: list[str]) -> dict:
+    """A Gemma 4 text config: the target's, or the assistant's ``text_config``;
+    its last two layers share the KV of earlier ones, as Gemma 4 E2B's do."""
+    return {
+        "model_type": "gemma4_text",
+        "torch_dtype": "bfloat16",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
+        "num_hidden_layers": len(layer_types),
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "global_head_dim": 32,
+        "layer_types": layer_types,
+        "sliding_window": 64,
+        "max_position_embeddings": 4096,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "rms_norm_eps": 1e-6,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 0,
+        "num_kv_shared_layers": 2,
+        "enable_moe_block": False,
+        # Unused without the MoE block; SGLang's CPU padding of intermediate sizes
+        # (0.5.17) reads it, and transformers 5.12 leaves it None.
+        "moe_intermediate_size": 2 * hidden,
+        "use_double_wide_mlp": False,
+        "attention_k_eq_v": False,
+        "final_logit_softcapping": None,
+        "tie_word_embeddings": True,
+        "pad_token_id": 3,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+
+
+_GEMMA4_LAYERS = ["sliding_attention", "full_attention"]
 # Other families, the same size (``write_model(folder, kind)``).
 MODEL_CONFIGS = {
     "qwen3-next": CONFIG,
@@ -153,6 +195,15 @@ MODEL_CONFIGS = {
         "routed_scaling_factor": 2.446,
         "model_max_length": 4096,
     },
+    # Gemma 4 text (sliding and full attention, no linear attention): the target
+    # FROZEN_KV_MTP's assistant draft binds to. SGLang's hybrid-SWA pool reads
+    # ``swa_num_key_value_heads``, which transformers' Gemma4TextConfig does not
+    # define: given explicitly.
+    "gemma4": {
+        **_gemma4_text(128, _GEMMA4_LAYERS * 2),
+        "architectures": ["Gemma4ForCausalLM"],
+        "swa_num_key_value_heads": 1,
+    },
 }
 
 
@@ -191,6 +242,46 @@ DRAFT_CONFIGS = {
         "hidden_size": CONFIG["hidden_size"],
         "intermediate_size": 256,
         "draft_vocab_size": VOCAB_SIZE,
+    },
+    # DFlash and DSpark block drafts (a Qwen3 config plus the block and the target
+    # layers whose hidden states they read): the target's width. DSpark's Markov
+    # head (rank > 0) is read at the top level of the config.
+    "dflash": {
+        **_DRAFT_COMMON,
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": CONFIG["hidden_size"],
+        "intermediate_size": 256,
+        "num_target_layers": CONFIG["num_hidden_layers"],
+        "block_size": 4,
+        "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 2]},
+    },
+    "dspark": {
+        **_DRAFT_COMMON,
+        "architectures": ["DSparkDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": CONFIG["hidden_size"],
+        "intermediate_size": 256,
+        "num_target_layers": CONFIG["num_hidden_layers"],
+        "block_size": 3,
+        "markov_rank": 4,
+        "markov_head_type": "vanilla",
+        "dspark_config": {
+            "mask_token_id": 3,
+            "target_layer_ids": [1, 2],
+            "markov_rank": 4,
+            "markov_head_type": "vanilla",
+        },
+    },
+    # A Gemma 4 assistant (``backbone_hidden_size``: its target's width).
+    "gemma4-assistant": {
+        "architectures": ["Gemma4AssistantForCausalLM"],
+        "model_type": "gemma4_assistant",
+        "torch_dtype": "bfloat16",
+        "backbone_hidden_size": 128,
+        "use_ordered_embeddings": False,
+        "tie_word_embeddings": True,
+        "text_config": _gemma4_text(64, _GEMMA4_LAYERS),
     },
 }
 

@@ -66,6 +66,18 @@ that need one. None of them does work the start-up depends on:
    Stand-in: during that method, loading the library raises ``OSError``, as on a
    host with no NCCL; multi-rank CPU servers (TP 2, PP 2, attention DP) then start
    as SGLang's non-GPU branch intends.
+9. The device check of ``_handle_dflash`` and ``_handle_dspark``
+   (``sglang/srt/arg_groups/speculative_hook.py``), which refuses DFLASH and DSPARK
+   on ``--device cpu`` while SGLang resolves its arguments: a check, not a kernel
+   (with it lifted, both servers load their drafts and start on the CPU). Stand-in:
+   while each handler runs, what it reads ``device`` from (``server_args`` up to
+   0.5.17, SGLang's live view of the resolution, ``resolving_view``, where the
+   module has one) answers ``"cuda"``; every other read and every write goes to
+   the real object, and the launch's device stays ``cpu`` for every process and
+   every figure the server logs or answers (0.5.23 refuses a resolution that
+   writes ``device``, so the stand-in never writes it). The runs name their
+   draft attention backend (``triton``), which the handler would otherwise pick
+   for the device it saw. Each lifted check prints one ``[e2e-standin]`` line.
 """
 
 from __future__ import annotations
@@ -208,9 +220,54 @@ def _no_nccl_library(original):
     )
 
 
+class _SeenOnCuda:
+    """An object as a handler reads it: ``device`` is ``"cuda"``; every other read
+    and every write goes to the real object (so SGLang's own rules on what a
+    resolution may write still apply)."""
+
+    def __init__(self, real) -> None:
+        object.__setattr__(self, "_real", real)
+
+    def __getattr__(self, name):
+        if name == "device":
+            return "cuda"
+        return getattr(self._real, name)
+
+    def __setattr__(self, name, value) -> None:
+        setattr(self._real, name, value)
+
+
+def _device_seen_as_cuda(original):
+    @functools.wraps(original)
+    def handler(server_args, *args, **kwargs):
+        print(
+            f"{STANDIN_PREFIX} {original.__name__}: device check lifted (it reads "
+            f"device 'cuda'; the launch keeps {server_args.device!r})",
+            file=sys.stderr,
+            flush=True,
+        )
+        module = sys.modules[original.__module__]
+        view = getattr(module, "resolving_view", None)
+        if view is None:  # the handler reads server_args.device itself
+            return original(_SeenOnCuda(server_args), *args, **kwargs)
+        # It reads the device through SGLang's live view of the resolution.
+        module.resolving_view = lambda server_args: _SeenOnCuda(view(server_args))
+        try:
+            return original(server_args, *args, **kwargs)
+        finally:
+            module.resolving_view = view
+
+    return handler
+
+
 PYNCCL = "sglang.srt.distributed.device_communicators.pynccl"
-# module -> [(class, method, wrapper)], applied right after the module is imported.
+# module -> [(class or None for a module function, method, wrapper)], applied right
+# after the module is imported.
 PATCHES = {
+    "sglang.srt.arg_groups.speculative_hook": [
+        (None, "_handle_dflash", _device_seen_as_cuda),
+        (None, "_handle_dspark", _device_seen_as_cuda),
+    ],
     PYNCCL: [("PyNcclCommunicator", "__init__", _no_nccl_library)],
     MEMORY_POOL: [
         ("MHATokenToKVPool", "_init_kv_copy_and_warmup", _no_kv_copy_warmup_launch),

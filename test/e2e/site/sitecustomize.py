@@ -37,7 +37,8 @@ if os.environ.get("SGLANG_PD_LEAN_E2E_LEDGER"):
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then wraps the listed methods of the new module."""
+    """Runs the real loader, then wraps the listed methods (or functions) of the
+    new module."""
 
     def __init__(self, loader: importlib.abc.Loader) -> None:
         self._loader = loader
@@ -48,8 +49,8 @@ class _PatchingLoader(importlib.abc.Loader):
     def exec_module(self, module) -> None:
         self._loader.exec_module(module)
         for cls_name, method, wrap in _PATCHES[module.__name__]:
-            cls = getattr(module, cls_name)
-            setattr(cls, method, wrap(getattr(cls, method)))
+            owner = module if cls_name is None else getattr(module, cls_name)
+            setattr(owner, method, wrap(getattr(owner, method)))
 
 
 class _PatchingFinder(importlib.abc.MetaPathFinder):
