@@ -97,7 +97,11 @@ def served(*docs, delay: float = 0.0, status: int = 200, answers=None):
         http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_for(doc))
         for doc in docs
     ]
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+    # A short poll: shutdown() waits for one (0.5 s by default, per server).
+    threads = [
+        threading.Thread(target=s.serve_forever, args=(0.02,), daemon=True)
+        for s in servers
+    ]
     for thread in threads:
         thread.start()
     try:
