@@ -112,6 +112,53 @@ def served(*docs, delay: float = 0.0, status: int = 200, answers=None):
             server.server_close()
 
 
+ROUTER_DATA = os.path.join(os.path.dirname(__file__), "data", "router")
+
+
+def router_answer(name: str, **urls: str) -> bytes:
+    """A router's answer recorded from the real router (test/data/router/NAME), its
+    workers' URLs ({prefill0}, {prefill1}, {decode0}) replaced by ``urls``."""
+    with open(os.path.join(ROUTER_DATA, name)) as f:
+        text = f.read()
+    for key, url in urls.items():
+        text = text.replace("{" + key + "}", url)
+    return text.encode()
+
+
+@contextlib.contextmanager
+def routed(answers: dict[str, bytes], api_key: str | None = None):
+    """A router stand-in on 127.0.0.1 answering ``GET path`` with ``answers[path]``
+    (404 for any other path; 401 without ``Authorization: Bearer api_key`` where
+    one is set); yields (its URL, the Authorization headers it received)."""
+    received: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            auth = self.headers.get("Authorization")
+            received.append(auth)
+            if api_key is not None and auth != f"Bearer {api_key}":
+                self.send_error(401, "Unauthorized")
+            elif self.path not in answers:
+                self.send_error(404)
+            else:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(answers[self.path])
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def nothing_listens() -> str:
     import socket
 
@@ -460,13 +507,23 @@ def test_docs_list_every_key_check_prints_and_no_other(capsys, tmp_path):
     release = installed_release()
     docs = [recorded(release, n) for n in ("prefill", "decode", "prefill-no-plugin")]
     with served(*docs) as urls:
-        code, result = check_json(
-            capsys,
-            "--config",
-            tiny_model_folder(tmp_path / "tiny"),
-            *urls,
-            nothing_listens(),
+        # The same servers behind a router (smg's recorded answer).
+        listing = router_answer(
+            "smg-1.13.0-workers.json",
+            prefill0=urls[0],
+            prefill1=urls[2],
+            decode0=urls[1],
         )
+        with routed({"/workers": listing}) as (router, _):
+            code, result = check_json(
+                capsys,
+                "--config",
+                tiny_model_folder(tmp_path / "tiny"),
+                "--router",
+                router,
+                *urls,
+                nothing_listens(),
+            )
     assert code == 2 == result["exit_code"]
     assert result["schema_version"] == 1
     check_documented(result, every_key=True)

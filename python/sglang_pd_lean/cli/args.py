@@ -112,7 +112,20 @@ def _check_parser(sub) -> None:
         "report's prediction beside it",
     )
     check.add_argument(
-        "urls", nargs="+", metavar="URL", help="a server: http://HOST:PORT or HOST:PORT"
+        "urls", nargs="*", metavar="URL", help="a server: http://HOST:PORT or HOST:PORT"
+    )
+    check.add_argument(
+        "--router",
+        action="append",
+        metavar="URL",
+        help="SGLang's router (smg, sglang-router): every worker it lists "
+        "(GET /workers, or /list_workers) is checked too; repeatable",
+    )
+    check.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the router's --api-key, for its worker list (default: "
+        "$SGLANG_PD_LEAN_ROUTER_API_KEY)",
     )
     check.add_argument("--json", action="store_true", help="print one JSON object")
     check.add_argument(

@@ -1,7 +1,7 @@
 """``check``, judging: which servers fail the check, and the report on each
 server's own arguments beside what the server has.
 
-    exit_code(answers)                     # 0 lean, 1 not lean, 2 bad answers
+    exit_code(answers, listings)           # 0 lean, 1 not lean, 2 bad answers
     predictions = predict_all(answers, args, model)
 
 Prediction: the report's own census (``census.live.predict``: the installed
@@ -18,8 +18,12 @@ import dataclasses
 from sglang_pd_lean.cli.check.servers import PluginState, Rank, Server, Unanswered
 
 
-def exit_code(answers: list) -> int:
+def exit_code(answers: list, listings: list = ()) -> int:
+    """2 where a server did not answer, a router gave no listing or marks a worker
+    unhealthy; else 1 where a prefill target fails; else 0."""
     if any(isinstance(a, Unanswered) for a in answers):
+        return 2
+    if any(listing.error is not None or listing.unhealthy for listing in listings):
         return 2
     return 1 if any(a.problems() for a in answers) else 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sglang_pd_lean.cli.check.judge import Figure, Prediction
+from sglang_pd_lean.cli.check.router import listing_json
 from sglang_pd_lean.cli.check.servers import Server, Unanswered
 from sglang_pd_lean.cli.grid import grid
 from sglang_pd_lean.units import human_bytes
@@ -105,7 +106,9 @@ def unanswered_json(url: str, error: Unanswered) -> dict:
     return {"url": url, "ok": False, "error": str(error)}
 
 
-def check_json(urls: list[str], answers: list, predictions: dict, code: int) -> dict:
+def check_json(
+    urls: list[str], answers: list, predictions: dict, code: int, listings: list = ()
+) -> dict:
     servers = []
     for url, answer in zip(urls, answers, strict=True):
         if isinstance(answer, Unanswered):
@@ -115,7 +118,12 @@ def check_json(urls: list[str], answers: list, predictions: dict, code: int) -> 
         if url in predictions:
             entry["prediction"] = prediction_json(predictions[url])
         servers.append(entry)
-    return {"schema_version": SCHEMA_VERSION, "exit_code": code, "servers": servers}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "exit_code": code,
+        "servers": servers,
+        "routers": [listing_json(listing) for listing in listings],
+    }
 
 
 def prediction_json(prediction: Prediction) -> dict:
@@ -137,16 +145,20 @@ def prediction_json(prediction: Prediction) -> dict:
     }
 
 
-def render(urls: list[str], answers: list, predictions: dict, code: int) -> list[str]:
+def render(
+    urls: list[str], answers: list, predictions: dict, code: int, listings: list = ()
+) -> list[str]:
     table = [r for a in answers if isinstance(a, Server) for r in rows(a)]
-    lines = _columns(table) if table else []
+    lines = [listing.summary() for listing in listings]
+    lines += [""] if lines and table else []
+    lines += _columns(table) if table else []
     for url, answer in zip(urls, answers, strict=True):
         if isinstance(answer, Unanswered):
             lines.append(f"{url}: no answer: {answer}")
     for answer in answers:
         if isinstance(answer, Server) and answer.url in predictions:
             lines += ["", *prediction_lines(answer, predictions[answer.url])]
-    lines += ["", *verdict_lines(answers, code)]
+    lines += ["", *verdict_lines(answers, code, listings)]
     return lines
 
 
@@ -190,11 +202,17 @@ def _figure(figure: Figure, value: int | None) -> str:
     return f"{human_bytes(value)} ({value:,} B)"
 
 
-def verdict_lines(answers: list, code: int) -> list[str]:
+def verdict_lines(answers: list, code: int, listings: list = ()) -> list[str]:
     lines = []
     for answer in answers:
         if isinstance(answer, Server):
             lines += [f"{answer.url}: {p}" for p in answer.problems()]
+    unhealthy = [(w, listing) for listing in listings for w in listing.unhealthy]
+    lines += [
+        f"{worker.url}: the router {listing.router} marks it unhealthy"
+        for worker, listing in unhealthy
+    ]
+    no_listing = sum(listing.error is not None for listing in listings)
     unanswered = sum(isinstance(a, Unanswered) for a in answers)
     failing = sum(isinstance(a, Server) and bool(a.problems()) for a in answers)
     if code == 0:
@@ -202,8 +220,14 @@ def verdict_lines(answers: list, code: int) -> list[str]:
             "lean: no prefill target holds verify-only state the plugin could remove"
         )
     else:
+        routers = (
+            f", {len(unhealthy)} worker(s) a router marks unhealthy, {no_listing} "
+            "router(s) gave no listing"
+            if listings
+            else ""
+        )
         lines.append(
             f"exit {code}: {failing} prefill server(s) hold verify-only state, "
-            f"{unanswered} server(s) did not answer"
+            f"{unanswered} server(s) did not answer{routers}"
         )
     return lines
