@@ -62,6 +62,9 @@ server_deps=(jsonschema prometheus-client python-multipart soundfile)
 transfer_deps=(mooncake-transfer-engine-non-cuda==0.3.13.post1)
 # Debian libraries Mooncake's engine.so links (ldd) on a machine without RDMA.
 debian_libs=(libibverbs1 librdmacm1 libnuma1)
+# --server: SGLang's routers the e2e `check --router` test starts in front of its
+# fleet, each in a venv of its own under $venvs/routers/ (both ship an `smg` binary).
+routers=(smg==1.13.0 sglang-router==0.3.2)
 
 log() { echo "[ensure_venv] $*" >&2; }
 pip_in() { "$1/bin/python" -m pip --disable-pip-version-check -qq "${@:2}"; }
@@ -143,6 +146,16 @@ if [ "$server" = 1 ]; then
     pip_in "$base" install --no-warn-conflicts "${server_pinned[@]}" "${transfer_deps[@]}" "${torch_deps[@]}" >&2
     echo "$server_wanted" > "$base/.server-ready"
   fi
+  for router in "${routers[@]}"; do
+    router_venv="$root/routers/${router/==/-}"
+    if [ "$(cat "$router_venv/.ready" 2>/dev/null)" != "$router" ]; then
+      log "creating $router_venv ($router)"
+      rm -rf "$router_venv"
+      "$py" -m venv "$router_venv"
+      pip_in "$router_venv" install "$router" >&2
+      echo "$router" > "$router_venv/.ready"
+    fi
+  done
 fi
 
 # --- the release's overlay -----------------------------------------------------------

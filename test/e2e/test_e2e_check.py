@@ -1,6 +1,8 @@
 """``sglang-pd-lean check`` on a real fleet: the prefill server with the plugin,
 one with the plugin left out of ``SGLANG_PLUGINS`` and a decode server, all up at
-once (``e2e_runs.FLEET``), plus a URL where nothing listens. The real CLI runs in
+once (``e2e_runs.FLEET``), plus a URL where nothing listens; and the same fleet
+behind SGLang's real routers from PyPI (smg 1.13.0, sglang-router 0.3.2), found
+with ``check --router``. The real CLI runs in
 its own process, as an operator runs it; its prediction resolves each server's own
 ``/server_info`` arguments with the installed SGLang and sizes them at the budget
 the plugin recorded there.
@@ -8,10 +10,13 @@ the plugin recorded there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 from e2e_runs import FLEET
@@ -91,3 +96,93 @@ def assert_prediction_agrees(server: dict, must: tuple[str, ...]) -> None:
     assert wrong == [], f"{server['url']}: prediction differs: {wrong}"
     measured = sum(server["ranks"][0]["not_allocated_bytes"].values())
     assert compared["bytes not allocated"]["measured"] == measured
+
+
+# SGLang's routers from PyPI, each in its own venv (scripts/ensure_venv.sh --server):
+# name -> the command that starts it, before its flags.
+ROUTERS = {
+    "smg-1.13.0": ["bin/smg", "launch"],
+    "sglang-router-0.3.2": ["bin/python", "-m", "sglang_router.launch_router"],
+}
+
+
+@contextlib.contextmanager
+def router_in_front(name: str, prefill: list[str], decode: list[str], workdir):
+    """The router ``name`` on 127.0.0.1 in PD mode in front of the servers, probing
+    their health on ``/model_info`` (SGLang's ``/health`` runs a one-token
+    generation, which a CPU server cannot); yields its URL once it lists them all,
+    stops it at the end."""
+    venvs = os.environ.get(
+        "SGLANG_PD_LEAN_VENVS", os.path.expanduser("~/.cache/sglang-pd-lean")
+    )
+    venv = os.path.join(venvs, "routers", name)
+    command = [os.path.join(venv, ROUTERS[name][0]), *ROUTERS[name][1:]]
+    assert os.path.exists(command[0]), (
+        f"{command[0]} is missing: scripts/ensure_venv.sh VERSION --server installs "
+        f"SGLang's routers"
+    )
+    port = free_port()
+    command += [
+        "--host", "127.0.0.1", "--port", str(port),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+        "--pd-disaggregation",
+        *[arg for url in prefill for arg in ("--prefill", url)],
+        *[arg for url in decode for arg in ("--decode", url)],
+        "--health-check-endpoint", "/model_info",
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    log = open(os.path.join(workdir, f"router-{name}.log"), "w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"{name} exited: {workdir}/router-{name}.log"
+            listed = _listed(url)
+            if listed == {*prefill, *decode}:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"{name} never listed the fleet: {listed}")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def _listed(router: str) -> set[str]:
+    """The healthy workers' URLs ``router`` lists now."""
+    try:
+        with urllib.request.urlopen(router + "/workers", timeout=5) as reply:
+            workers = json.loads(reply.read())["workers"]
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {w["url"] for w in workers if w.get("is_healthy")}
+
+
+@pytest.mark.parametrize("name", list(ROUTERS))
+def test_check_through_a_real_router_gives_the_urls_rows(fleet, name, tmp_path):
+    """The real router in front of the fleet: ``check --router`` asks the workers it
+    lists and gives the same servers and exit code as ``check URL...``."""
+    prefill = [fleet["prefill"], fleet["prefill, allow-list without us"]]
+    decode = [fleet["decode"]]
+    direct = run_check("--no-predict", "--json", *prefill, *decode)
+    with router_in_front(name, prefill, decode, tmp_path) as router:
+        routed = run_check("--no-predict", "--json", "--router", router)
+        text = run_check("--no-predict", "--router", router)
+    assert routed.returncode == direct.returncode == 1, routed.stdout + routed.stderr
+    result, expected = json.loads(routed.stdout), json.loads(direct.stdout)
+    by_url = {server["url"]: server for server in result["servers"]}
+    assert by_url == {server["url"]: server for server in expected["servers"]}
+    [listing] = result["routers"]
+    assert listing["endpoint"] == "/workers" and listing["error"] is None
+    roles = {w["url"]: (w["role"], w["healthy"]) for w in listing["workers"]}
+    assert roles == {
+        **{url: ("prefill", True) for url in prefill},
+        **{url: ("decode", True) for url in decode},
+    }
+    assert "2 prefill (2 healthy), 1 decode (1 healthy)" in text.stdout
