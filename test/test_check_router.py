@@ -185,6 +185,7 @@ def test_a_router_nothing_listens_on_is_one_line(capsys):
     [
         ([], "give a server URL, or --router URL"),
         (["--router", "ftp://router:1"], "--router: 'ftp://router:1' is not a server"),
+        (["--api-key", "k", "http://127.0.0.1:1"], "--api-key is the router's"),
     ],
 )
 def test_bad_router_input_is_a_usage_error(capsys, argv, message):

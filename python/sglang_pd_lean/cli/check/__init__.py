@@ -109,6 +109,8 @@ def _fleet(args) -> tuple[list[str], list[Listing]]:
             raise UsageError(f"--router: {exc}") from None
     if not args.urls and not routers:
         raise UsageError("give a server URL, or --router URL")
+    if args.api_key and not routers:
+        raise UsageError("--api-key is the router's: give it with --router URL")
     key = api_key(args.api_key)
     listings = [list_workers(router, args.timeout, key) for router in routers]
     given = list(args.urls)
