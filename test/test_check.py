@@ -115,12 +115,13 @@ def served(*docs, delay: float = 0.0, status: int = 200, answers=None):
 ROUTER_DATA = os.path.join(os.path.dirname(__file__), "data", "router")
 
 
-def router_answer(name: str, **urls: str) -> bytes:
+def router_answer(name: str, urls: list[str]) -> bytes:
     """A router's answer recorded from the real router (test/data/router/NAME), its
-    workers' URLs ({prefill0}, {prefill1}, {decode0}) replaced by ``urls``."""
+    workers' URLs ({prefill0}, {prefill1}, {decode0}) replaced by ``urls``, in
+    that order."""
     with open(os.path.join(ROUTER_DATA, name)) as f:
         text = f.read()
-    for key, url in urls.items():
+    for key, url in zip(("prefill0", "prefill1", "decode0"), urls, strict=True):
         text = text.replace("{" + key + "}", url)
     return text.encode()
 
@@ -508,12 +509,7 @@ def test_docs_list_every_key_check_prints_and_no_other(capsys, tmp_path):
     docs = [recorded(release, n) for n in ("prefill", "decode", "prefill-no-plugin")]
     with served(*docs) as urls:
         # The same servers behind a router (smg's recorded answer).
-        listing = router_answer(
-            "smg-1.13.0-workers.json",
-            prefill0=urls[0],
-            prefill1=urls[2],
-            decode0=urls[1],
-        )
+        listing = router_answer("smg-1.13.0-workers.json", [urls[0], urls[2], urls[1]])
         with routed({"/workers": listing}) as (router, _):
             code, result = check_json(
                 capsys,

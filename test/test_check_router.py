@@ -40,8 +40,7 @@ def fleet_docs(release: str) -> list[dict]:
 
 def listing(name: str, urls: list[str]) -> dict[str, bytes]:
     """``name``'s recorded answer for the fleet served at ``urls`` (FLEET's order)."""
-    answer = router_answer(name, prefill0=urls[0], prefill1=urls[1], decode0=urls[2])
-    return {ROUTERS[name]: answer}
+    return {ROUTERS[name]: router_answer(name, urls)}
 
 
 def by_url(result: dict) -> dict[str, dict]:
@@ -89,12 +88,7 @@ def test_a_worker_the_router_marks_unhealthy_exits_2_and_is_still_asked(capsys):
     """smg's answer after one prefill worker died (recorded: is_healthy false)."""
     with served(*fleet_docs(RELEASES[0])) as urls:
         code, direct = check_json(capsys, "--no-predict", *urls)
-        answer = router_answer(
-            "smg-1.13.0-workers-prefill1-down.json",
-            prefill0=urls[0],
-            prefill1=urls[1],
-            decode0=urls[2],
-        )
+        answer = router_answer("smg-1.13.0-workers-prefill1-down.json", urls)
         with routed({"/workers": answer}) as (router, _):
             routed_code, result = check_json(capsys, "--no-predict", "--router", router)
             text_code, text, _ = check(capsys, "--no-predict", "--router", router)
