@@ -10,6 +10,12 @@
 #   SGLANG_PD_LEAN_E2E_VERSIONS=0.5.23              where the e2e servers run
 #   SGLANG_PD_LEAN_JOBS=2                           unit suites run this many at a
 #                                                   time once no server runs
+#   SGLANG_PD_LEAN_FULL_VERSIONS=0.5.23             where the command-line tests run
+# The command-line tests (tables, JSON, signals, charts, `check`: the files in
+# `presentation` below) run on each behaviour line's newest release: 0.5.17 (the
+# plugin does everything), 0.5.21 (SGLang skips the verify state), 0.5.23 (and its
+# budget). Every release runs the rest: the gates, seams, doctor, audit, report and
+# census tests, and the documentation's commands (docs/testing.md).
 # First every venv is set up, one after another (the editable install writes into
 # this checkout). Then two lanes run side by side:
 # - servers: test/e2e on each e2e release, one release at a time, its output shown as
@@ -24,6 +30,15 @@ all="0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
 versions="${SGLANG_VERSIONS:-$all}"
 e2e_versions=" ${SGLANG_PD_LEAN_E2E_VERSIONS:-0.5.17 0.5.23} "
 jobs="${SGLANG_PD_LEAN_JOBS:-2}"
+full_versions=" ${SGLANG_PD_LEAN_FULL_VERSIONS:-0.5.17 0.5.21 0.5.23} "
+presentation=(test_cli.py test_cli_edges.py test_check.py test_check_router.py
+  test_served.py test_chart.py test_table.py test_json_schema.py)
+# None of the releases asked for is a line's newest: the last one asked runs them.
+full_asked=0
+for version in $versions; do
+  [[ "$full_versions" == *" $version "* ]] && full_asked=1
+done
+[ "$full_asked" = 1 ] || full_versions=" ${versions##* } "
 with_e2e=1
 for arg in "$@"; do
   [[ "$arg" == *"not e2e"* ]] && with_e2e=0
@@ -89,7 +104,10 @@ done
 run_pytest() {
   local version="$1" lane="$2" start=$SECONDS
   shift 2
-  local scope=(--ignore=test/e2e)
+  local scope=(--ignore=test/e2e) name
+  if [[ "$full_versions" != *" $version "* ]]; then
+    for name in "${presentation[@]}"; do scope+=("--ignore=test/$name"); done
+  fi
   [ "$lane" = servers ] && scope=(test/e2e)
   echo "=== SGLang $version: pytest, $lane"
   local rc=0
