@@ -107,6 +107,9 @@ class Server:
         full_env.update(
             PYTHONPATH=os.pathsep.join(paths),
             SGLANG_PD_LEAN_E2E_STANDINS="1" if device == "cpu" else "0",
+            # SGLang's /health answers without a one-token generation, which a CPU
+            # server cannot run (routers probe /health: test_e2e_check.py).
+            SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION="0" if device == "cpu" else "1",
             SGLANG_HOST_IP="127.0.0.1",
             HF_HUB_OFFLINE="1",
             TOKENIZERS_PARALLELISM="false",

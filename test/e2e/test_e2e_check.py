@@ -109,9 +109,9 @@ ROUTERS = {
 @contextlib.contextmanager
 def router_in_front(name: str, prefill: list[str], decode: list[str], workdir):
     """The router ``name`` on 127.0.0.1 in PD mode in front of the servers, probing
-    their health on ``/model_info`` (SGLang's ``/health`` runs a one-token
-    generation, which a CPU server cannot); yields its URL once it lists them all,
-    stops it at the end."""
+    their ``/health`` (on a CPU, SGLang's answers without a generation:
+    ``harness``); yields its URL once it lists them all, healthy; stops it at the
+    end."""
     venvs = os.environ.get(
         "SGLANG_PD_LEAN_VENVS", os.path.expanduser("~/.cache/sglang-pd-lean")
     )
@@ -128,7 +128,6 @@ def router_in_front(name: str, prefill: list[str], decode: list[str], workdir):
         "--pd-disaggregation",
         *[arg for url in prefill for arg in ("--prefill", url)],
         *[arg for url in decode for arg in ("--decode", url)],
-        "--health-check-endpoint", "/model_info",
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     log = open(os.path.join(workdir, f"router-{name}.log"), "w")
