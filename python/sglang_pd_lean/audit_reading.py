@@ -183,7 +183,10 @@ def _uno_tree_backend() -> tuple[bool, str]:
 def _called_unasked(method: str, builder: str) -> bool | None:
     """Whether upstream's ``method`` calls ``builder`` outside every ``if`` that asks
     the disaggregation mode (None: it does not call it). Finer than
-    ``_built_unasked``, for a method that asks the mode about something else."""
+    ``_built_unasked``, for a method that asks the mode about something else. Like
+    it, a reading: an early ``return`` on the mode, or a flag derived from it and
+    tested later, is not followed; the start-up ledger of a real prefill server is
+    the proof (test_e2e_audit_ledger.py, 0.5.17 and 0.5.23)."""
     node = _method_node(method)
     if node is None:
         return None
