@@ -16,13 +16,12 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 from e2e_runs import FLEET
 from harness import free_port
 
-from sglang_pd_lean.cli.check import NO_RECORD
+from sglang_pd_lean.cli.check import NO_RECORD, list_workers
 
 pytestmark = pytest.mark.e2e
 
@@ -154,13 +153,9 @@ def router_in_front(name: str, prefill: list[str], decode: list[str], workdir):
 
 
 def _listed(router: str) -> set[str]:
-    """The healthy workers' URLs ``router`` lists now."""
-    try:
-        with urllib.request.urlopen(router + "/workers", timeout=5) as reply:
-            workers = json.loads(reply.read())["workers"]
-    except (OSError, ValueError, KeyError):
-        return set()
-    return {w["url"] for w in workers if w.get("is_healthy")}
+    """The healthy workers' URLs ``router`` lists now (check's own reading)."""
+    listing = list_workers(router, timeout=5, key=None)
+    return {w.url for w in listing.workers if w.healthy}
 
 
 @pytest.mark.parametrize("name", list(ROUTERS))
