@@ -7,7 +7,9 @@ SGLang's ``load_plugins()`` calls ``register()`` in every process; what it regis
 depends on who called (``LOAD_PLUGINS_CALLERS``):
 
 - a scheduler rank (``run_scheduler_process``): only the launch hook, BEFORE
-  ``Scheduler.__init__``, which gets the launch's ``server_args``. There ``launch()``
+  ``Scheduler.__init__``, which gets the launch's ``server_args`` (with the
+  reporting hooks AFTER it: the record's ``/metrics`` gauges and the audit's
+  warning, given now because ``HookRegistry`` wraps a target once). There ``launch()``
   registers the gates this launch uses and has ``HookRegistry`` apply them, before
   any worker is built: none without speculative decoding, and no gate whose code
   lives in a speculative worker module the launch's worker does not import (SGLang's
@@ -175,10 +177,11 @@ def register() -> bool:
 def _register_launch_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_pd_lean import audit
+    from sglang_pd_lean import audit, metrics
 
     HookRegistry.register(LAUNCH_TARGET, launch, HookType.BEFORE)
-    for hook in audit.hooks():
+    # Every hook on the launch target is given now: HookRegistry wraps a target once.
+    for hook in (*metrics.hooks(), *audit.hooks()):
         HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
 
 

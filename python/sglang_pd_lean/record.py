@@ -14,15 +14,17 @@
 each gate's state on the installed SGLang (native upstream, applied by the plugin,
 not used by this launch, ...). A gate asked on this rank turns it into
 "acted" where it removed work upstream would have done, else "stepped aside" with
-the reason; "acted" is never turned back. Three reporting hooks carry the record to
+the reason; "acted" is never turned back. Four reporting hooks carry the record to
 the operator: ``Scheduler.__init__`` (BEFORE) logs the registration summary once
 SGLang has configured the rank's logging (where ``register()`` registered every
-gate at once; the launch hook logs its own there), ``Scheduler.get_internal_state`` (AFTER)
+gate at once; the launch hook logs its own there), ``Scheduler.__init__`` (AFTER)
+sets the record's gauges on ``/metrics`` where SGLang's metrics are on
+(``metrics.py``), ``Scheduler.get_internal_state`` (AFTER)
 adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry, and
 ``KVCacheConfigurator._handle_max_mamba_cache`` (BEFORE) keeps the budget the
 target's sizing received (``total_rest_memory``, GiB; SGLang does not log it, and
 ``check`` gives it to the report to predict this rank's sizes exactly, on every
-role and release). All three exist on SGLang 0.5.16 to 0.5.23; where one is
+role and release). All four exist on SGLang 0.5.16 to 0.5.23; where one is
 missing, the gates still apply and only that part of the report is lost. Never
 raises. ``reset()`` empties it (tests).
 """
@@ -229,8 +231,11 @@ def add_to_internal_state(result: Any, *args: Any, **kwargs: Any) -> None:
 
 
 def hooks() -> list[Hook]:
+    from sglang_pd_lean import metrics
+
     return [
         Hook(f"{SCHEDULER}.__init__", announce, When.BEFORE),
+        *metrics.hooks(),
         Hook(f"{SCHEDULER}.get_internal_state", add_to_internal_state, When.AFTER),
         Hook(seams.HOOK_TARGETS["budget"][0], sizing_received, When.BEFORE),
     ]

@@ -82,6 +82,7 @@ _LS = "sglang.srt.model_executor.model_runner_components.layer_setup"
 _DPA = "sglang.srt.layers.dp_attention"
 _COMMON = "sglang.srt.utils.common"
 _SPEC = "sglang.srt.speculative"
+_CFG = "sglang.srt.configs"
 
 # Each gate's hook target candidates, by gate name (gates read theirs from here).
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
@@ -131,8 +132,10 @@ SEAMS: tuple[Seam, ...] = (
         _s(targets, Part.PLUGIN, f"{gate} gate: hook target")
         for gate, targets in HOOK_TARGETS.items()
     ),
-    _s("sglang.srt.plugins.hook_registry.HookRegistry", Part.PLUGIN, "registers hooks"),
-    _s("sglang.srt.plugins.hook_registry.HookType", Part.PLUGIN, "hook types"),
+    *(
+        _s(f"sglang.srt.plugins.hook_registry.{name}", Part.PLUGIN, "registers hooks")
+        for name in ("HookRegistry", "HookType")
+    ),
     _s("sglang.srt.plugins.load_plugins", Part.PLUGIN, "loads the plugin"),
     _s(
         "sglang.srt.mem_cache.memory_pool.MambaPool.get_contiguous_buf_infos",
@@ -227,6 +230,11 @@ SEAMS: tuple[Seam, ...] = (
         Part.RECORD,
         "adds the plugin's record to /server_info",
     ),
+    _s(
+        "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector",
+        Part.RECORD,
+        "the /metrics gauges take its labels",
+    ),
     # The report: launch resolution.
     _s(
         "sglang.srt.server_args.prepare_server_args",
@@ -263,15 +271,9 @@ SEAMS: tuple[Seam, ...] = (
     _s(f"{_RC}._PLATFORM_VALUES", Part.REPORT, "the platform values", since=19),
     # The report: census on SGLang's pools and sizing.
     _s(
-        "sglang.srt.configs.model_config.ModelConfig.from_server_args",
-        Part.REPORT,
-        "the model config",
+        f"{_CFG}.model_config.ModelConfig.from_server_args", Part.REPORT, "model config"
     ),
-    _s(
-        "sglang.srt.configs.hybrid_arch.mambaish_config",
-        Part.REPORT,
-        "the linear-attention config",
-    ),
+    _s(f"{_CFG}.hybrid_arch.mambaish_config", Part.REPORT, "linear-attention config"),
     _s(
         "sglang.srt.distributed.utils.get_pp_indices",
         Part.REPORT,
@@ -360,16 +362,8 @@ SEAMS: tuple[Seam, ...] = (
     _s(f"{_PS}.set_custom_all_reduce", Part.WEIGHTS, "custom all-reduce off"),
     _s(f"{_PS}.get_tensor_model_parallel_world_size", Part.WEIGHTS, "TP width"),
     _s(f"{_PS}.get_moe_expert_parallel_world_size", Part.WEIGHTS, "EP width"),
-    _s(
-        "sglang.srt.layers.dp_attention.compute_dp_attention_world_info",
-        Part.WEIGHTS,
-        "attention-DP width",
-    ),
-    _s(
-        "sglang.srt.layers.dp_attention.initialize_dp_attention",
-        Part.WEIGHTS,
-        "attention-DP groups",
-    ),
+    _s(f"{_DPA}.compute_dp_attention_world_info", Part.WEIGHTS, "attention-DP width"),
+    _s(f"{_DPA}.initialize_dp_attention", Part.WEIGHTS, "attention-DP groups"),
     _s(
         f"{_PS}.get_attn_tensor_model_parallel_world_size",
         Part.WEIGHTS,
