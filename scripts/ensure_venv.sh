@@ -19,7 +19,8 @@
 # --server adds to the base, behind its own stamp, what `python -m
 # sglang.launch_server` needs on a CPU (the end-to-end tests in test/e2e): a few more
 # Python packages the same way, the Mooncake TCP transfer engine and the Debian
-# libraries it links (apt-get, root).
+# libraries it links (apt-get, root), SGLang's routers from PyPI (routers/) and
+# Debian's Prometheus package, unpacked (prometheus-<version>/).
 # Venvs live in ${SGLANG_PD_LEAN_VENVS:-~/.cache/sglang-pd-lean}: base/ and
 # sglang-<version>/; wheels are cached in ${SGLANG_PD_LEAN_WHEELS:-.../wheels}.
 set -euo pipefail
@@ -65,6 +66,12 @@ debian_libs=(libibverbs1 librdmacm1 libnuma1)
 # --server: SGLang's routers the e2e `check --router` test starts in front of its
 # fleet, each in a venv of its own under $venvs/routers/ (both ship an `smg` binary).
 routers=(smg==1.13.0 sglang-router==0.3.2)
+# --server: Prometheus as Debian 12 ships it, unpacked under $venvs/prometheus-<version>
+# (no service, no root): the e2e tests scrape the real servers with it, and its
+# promtool checks examples/monitoring's alert rules.
+prometheus_version=2.42.0+ds-5+deb12u1
+prometheus_deb="prometheus_${prometheus_version}_amd64.deb"
+prometheus_sha256=81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55
 
 log() { echo "[ensure_venv] $*" >&2; }
 pip_in() { "$1/bin/python" -m pip --disable-pip-version-check -qq "${@:2}"; }
@@ -156,6 +163,20 @@ if [ "$server" = 1 ]; then
       echo "$router" > "$router_venv/.ready"
     fi
   done
+  prometheus_dir="$root/prometheus-${prometheus_version%%+*}"
+  if [ "$(cat "$prometheus_dir/.ready" 2>/dev/null)" != "$prometheus_deb" ]; then
+    log "unpacking Debian's $prometheus_deb into $prometheus_dir"
+    scratch="$(mktemp -d)" && chmod 755 "$scratch"  # apt-get download runs as _apt
+    ( cd "$scratch" && apt-get download -qq "prometheus=$prometheus_version" >&2 ) \
+      || curl -fsSL -o "$scratch/$prometheus_deb" \
+        "http://deb.debian.org/debian/pool/main/p/prometheus/$prometheus_deb"
+    echo "$prometheus_sha256  $scratch/$prometheus_deb" | sha256sum -c --quiet -
+    rm -rf "$prometheus_dir"
+    dpkg-deb -x "$scratch/$prometheus_deb" "$prometheus_dir"
+    rm -rf "$scratch"
+    "$prometheus_dir/usr/bin/prometheus" --version >/dev/null
+    echo "$prometheus_deb" > "$prometheus_dir/.ready"
+  fi
 fi
 
 # --- the release's overlay -----------------------------------------------------------

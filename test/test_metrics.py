@@ -22,7 +22,7 @@ SCHEDULERS = r"""
 import json, os, sys
 from sglang.srt.managers import scheduler as module
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-from sglang_pd_lean import metrics, record
+from sglang_pd_lean import record
 
 def __init__(self, collector):
     self.metrics_collector = (
@@ -30,8 +30,8 @@ def __init__(self, collector):
     )
 
 module.Scheduler.__init__ = __init__
-for hook in metrics.hooks():
-    HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
+hook = record.metrics_hook()
+HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
 HookRegistry.apply_hooks()
 record.registered("0.5.x", {"pool": "applied by the plugin", "graph": "native upstream"}, "")
 record.acted("pool", **{"verify ssm snapshots": 19404341248, "verify conv windows": 227376128})

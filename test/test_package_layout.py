@@ -19,6 +19,7 @@ RUNTIME = (
     "role",
     "compat",
     "record",
+    "metrics",
     "hook",
     "upstream",
     "accounting",

@@ -15,7 +15,7 @@ import os
 import pytest
 from helpers import run_python, upstream_has
 
-from sglang_pd_lean import audit, compat, metrics, plugin, record
+from sglang_pd_lean import audit, compat, plugin, record
 
 GATE_TARGETS = {
     "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
@@ -319,7 +319,7 @@ def test_each_hook_is_registered_with_its_own_function_and_timing(
             )
     for target, fn, timing in [
         (f"{record.SCHEDULER}.__init__", record.announce, HookType.BEFORE),
-        (f"{record.SCHEDULER}.__init__", metrics.export, HookType.AFTER),
+        (f"{record.SCHEDULER}.__init__", record.to_metrics, HookType.AFTER),
         (
             f"{record.SCHEDULER}.get_internal_state",
             record.add_to_internal_state,

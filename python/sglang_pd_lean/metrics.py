@@ -5,8 +5,8 @@
     sglang_pd_lean_not_allocated_bytes{component="verify ssm snapshots",engine_type="prefill",...} 1.94e+10
     sglang_pd_lean_gate_state{engine_type="prefill",gate="pool",state="acted",...} 1.0
 
-Hooked: ``Scheduler.__init__`` (AFTER), on SGLang 0.5.16 to 0.5.23. When it returns,
-every gate of the rank has run (pools, budget, graphs, warm-up and the speculative
+Called by the record's hook AFTER ``Scheduler.__init__`` (``record.to_metrics``), on
+SGLang 0.5.16 to 0.5.23. By then every gate of the rank has run (pools, budget, graphs, warm-up and the speculative
 workers are built inside it), so the gauges are set once, as SGLang sets its own
 start-up gauges (``weight_memory_usage_gb``, ``kv_cache_memory_usage_gb``,
 ``graph_memory_usage_gb``), and equal the rank's ``/server_info`` record:
@@ -36,9 +36,6 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-
-from sglang_pd_lean import seams
-from sglang_pd_lean.hook import Hook, When
 
 logger = logging.getLogger(__name__)
 
@@ -84,22 +81,16 @@ def series(
     return out
 
 
-def export(result: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER ``Scheduler.__init__``: set the gauges from this rank's record, where
-    SGLang built a metrics collector for the scheduler."""
+def export(entry: dict[str, Any], scheduler: Any) -> None:
+    """Set the gauges from a record entry (``record.snapshot()``) on ``scheduler``'s
+    rank, where SGLang built it a metrics collector. Never raises."""
     try:
-        collector = getattr(args[0], "metrics_collector", None) if args else None
+        collector = getattr(scheduler, "metrics_collector", None)
         labels = getattr(collector, "labels", None)
         if not isinstance(labels, dict):
             return  # --enable-metrics off (or a collector we cannot join)
-        from sglang_pd_lean import record
-
-        for name, values, value in series(record.snapshot(), labels):
+        for name, values, value in series(entry, labels):
             gauge = _gauge(name, DOCUMENTATION[name], tuple(values))
             gauge.labels(**values).set(value)
     except Exception as exc:  # a gauge never breaks a start-up
         logger.warning(f"[sglang-pd-lean] no /metrics gauges: {exc!r}")
-
-
-def hooks() -> list[Hook]:
-    return [Hook(f"{seams.SCHEDULER}.__init__", export, When.AFTER)]

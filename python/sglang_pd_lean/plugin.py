@@ -177,11 +177,11 @@ def register() -> bool:
 def _register_launch_hooks() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_pd_lean import audit, metrics
+    from sglang_pd_lean import audit, record
 
     HookRegistry.register(LAUNCH_TARGET, launch, HookType.BEFORE)
     # Every hook on the launch target is given now: HookRegistry wraps a target once.
-    for hook in (*metrics.hooks(), *audit.hooks()):
+    for hook in (record.metrics_hook(), *audit.hooks()):
         HookRegistry.register(hook.target, hook.fn, HookType[hook.when.value])
 
 

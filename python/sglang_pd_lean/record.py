@@ -19,7 +19,7 @@ the operator: ``Scheduler.__init__`` (BEFORE) logs the registration summary once
 SGLang has configured the rank's logging (where ``register()`` registered every
 gate at once; the launch hook logs its own there), ``Scheduler.__init__`` (AFTER)
 sets the record's gauges on ``/metrics`` where SGLang's metrics are on
-(``metrics.py``), ``Scheduler.get_internal_state`` (AFTER)
+(``to_metrics``, ``metrics.py``), ``Scheduler.get_internal_state`` (AFTER)
 adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry, and
 ``KVCacheConfigurator._handle_max_mamba_cache`` (BEFORE) keeps the budget the
 target's sizing received (``total_rest_memory``, GiB; SGLang does not log it, and
@@ -230,12 +230,22 @@ def add_to_internal_state(result: Any, *args: Any, **kwargs: Any) -> None:
         logger.debug(f"[sglang-pd-lean] no /server_info record: {exc!r}")
 
 
-def hooks() -> list[Hook]:
+def to_metrics(result: Any, *args: Any, **kwargs: Any) -> None:
+    """AFTER ``Scheduler.__init__``: the record as gauges on SGLang's ``/metrics``,
+    where the scheduler has a metrics collector (``metrics.py``)."""
     from sglang_pd_lean import metrics
 
+    metrics.export(snapshot(), args[0] if args else None)
+
+
+def metrics_hook() -> Hook:
+    return Hook(f"{SCHEDULER}.__init__", to_metrics, When.AFTER)
+
+
+def hooks() -> list[Hook]:
     return [
         Hook(f"{SCHEDULER}.__init__", announce, When.BEFORE),
-        *metrics.hooks(),
+        metrics_hook(),
         Hook(f"{SCHEDULER}.get_internal_state", add_to_internal_state, When.AFTER),
         Hook(seams.HOOK_TARGETS["budget"][0], sizing_received, When.BEFORE),
     ]

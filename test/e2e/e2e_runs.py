@@ -224,14 +224,15 @@ class Runs:
         )
 
     @contextlib.contextmanager
-    def fleet(self, names: tuple[str, ...], device: str):
+    def fleet(self, names: tuple[str, ...], device: str, added: tuple[str, ...] = ()):
         """The servers ``names`` of ``RUNS``, all up at once: started one after
         another (each waits until ready, so each budget is measured while the
-        others idle), yielded as name -> ``Server``, stopped at the end."""
+        others idle), yielded as name -> ``Server``, stopped at the end; ``added``:
+        more launch flags for each."""
         with contextlib.ExitStack() as stack:
             servers = {}
             for name in names:
-                server = stack.enter_context(self.server(name, device))
+                server = stack.enter_context(self.server(name, device, added))
                 if not server.wait():
                     raise server.fail(f"the {name} server exited before ready")
                 servers[name] = server

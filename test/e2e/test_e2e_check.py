@@ -13,13 +13,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 
 import pytest
 from e2e_runs import FLEET
 from harness import free_port
+from prometheus_run import DASHBOARD, scraping
 
 from sglang_pd_lean.cli.check import NO_RECORD, list_workers
 
@@ -36,8 +40,9 @@ def run_check(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def fleet(runs, device):
-    """name -> URL of the three servers, up while the module's tests run."""
-    with runs.fleet(tuple(FLEET), device) as servers:
+    """name -> URL of the three servers, up while the module's tests run, with
+    SGLang's metrics on (the Prometheus tests below)."""
+    with runs.fleet(tuple(FLEET), device, ("--enable-metrics",)) as servers:
         yield {name: server.url for name, server in servers.items()}
 
 
@@ -180,3 +185,144 @@ def test_check_through_a_real_router_gives_the_urls_rows(fleet, name, tmp_path):
         **{url: ("decode", True) for url in decode},
     }
     assert "2 prefill (2 healthy), 1 decode (1 healthy)" in text.stdout
+
+
+# --- The record on /metrics, scraped by a real Prometheus ----------------------------
+
+# A Grafana template variable's query: label_values(SELECTOR, LABEL).
+LABEL_VALUES = re.compile(r"label_values\((.*), (\w+)\)$")
+# The plugin's own labels on its gauges (metrics.py); the others are SGLang's.
+OURS = ("__name__", "gate", "state", "component")
+
+
+def _records(url: str) -> list:
+    """Each scheduler rank's ``pd_lean`` record, from the server's own
+    ``/server_info`` (None where it has none)."""
+    with urllib.request.urlopen(f"{url}/server_info", timeout=30) as answer:
+        info = json.load(answer)
+    return [state.get("pd_lean") for state in info["internal_states"]]
+
+
+def _rank(metric: dict) -> dict:
+    return {key: value for key, value in metric.items() if key not in OURS}
+
+
+def _instance(url: str) -> str:
+    return urllib.parse.urlsplit(url).netloc
+
+
+def test_a_real_prometheus_scrape_gives_each_rank_its_record(fleet, tmp_path):
+    """Prometheus scrapes SGLang's own ``/metrics`` of the whole fleet: each rank of
+    a server with the plugin has one gauge per gate and per component, equal to its
+    ``/server_info`` record and labelled as SGLang labels that rank's own gauges
+    (``max_total_num_tokens``); the server without the plugin has none."""
+    urls = list(fleet.values())
+    with scraping(urls, str(tmp_path / "prometheus")) as prometheus:
+        prometheus.wait_for('up{job="sglang"} == 1', lambda r: len(r) == len(urls))
+        with_plugin = {_instance(fleet[name]) for name in ("prefill", "decode")}
+        prometheus.wait_for(
+            "count by (instance) (sglang_pd_lean_gate_state)",
+            lambda r: {m["metric"]["instance"] for m in r} == with_plugin,
+        )
+        for name, url in fleet.items():
+            instance = _instance(url)
+            sglang = prometheus.query(
+                f'{{__name__=~"sglang[:_]max_total_num_tokens", instance="{instance}"}}'
+            )
+            gates = prometheus.query(
+                f'sglang_pd_lean_gate_state{{instance="{instance}"}}'
+            )
+            freed = prometheus.query(
+                f'sglang_pd_lean_not_allocated_bytes{{instance="{instance}"}}'
+            )
+            records = _records(url)
+            if instance not in with_plugin:
+                assert records == [None] * len(records) and gates == freed == [], name
+                continue
+            assert len(sglang) == len(records), (name, sglang)
+            for rank, record in enumerate(records):
+                labels = [
+                    _rank(m["metric"])
+                    for m in sglang
+                    if m["metric"]["tp_rank"] == str(rank)
+                ]
+                mine = [m for m in gates if m["metric"]["tp_rank"] == str(rank)]
+                assert {m["metric"]["gate"]: m["metric"]["state"] for m in mine} == (
+                    record["gates"]
+                ), name
+                assert {m["value"][1] for m in mine} == {"1"}
+                bytes_ = [m for m in freed if m["metric"]["tp_rank"] == str(rank)]
+                measured = {
+                    m["metric"]["component"]: int(float(m["value"][1])) for m in bytes_
+                }
+                assert measured == record["not_allocated_bytes"], name
+                assert [_rank(m["metric"]) for m in mine + bytes_] == labels * len(
+                    mine + bytes_
+                ), name
+
+
+def test_the_alert_and_the_dashboard_on_a_real_prometheus(fleet, tmp_path):
+    """The repository's alert rule picks out the prefill server without the plugin
+    and nothing else; every query of the Grafana dashboard runs, and its panels give
+    the fleet's own figures."""
+    urls = list(fleet.values())
+    bare = _instance(fleet["prefill, allow-list without us"])
+    lean = _instance(fleet["prefill"])
+    record = _records(fleet["prefill"])[0]
+    with urllib.request.urlopen(
+        f"{fleet['prefill']}/server_info", timeout=30
+    ) as answer:
+        model_name = json.load(answer)["served_model_name"]
+    # The dashboard's variables: the prefill servers' model and addresses.
+    expected_values = {"model_name": {model_name}, "instance": {lean, bare}}
+    with scraping(urls, str(tmp_path / "prometheus")) as prometheus:
+        prometheus.wait_for('up{job="sglang"} == 1', lambda r: len(r) == len(urls))
+        prometheus.wait_for(
+            "count by (instance) (sglang_pd_lean_gate_state)",
+            lambda r: lean in {m["metric"]["instance"] for m in r},
+        )
+        alerts = prometheus.wait_for(
+            'ALERTS{alertname="SGLangPrefillRankWithoutPdLean"}', lambda r: r != []
+        )
+        assert [
+            (a["metric"]["instance"], a["metric"]["alertstate"]) for a in alerts
+        ] == [(bare, "pending")]
+        assert prometheus.query('ALERTS{alertname="SGLangPdLeanGateOff"}') == []
+
+        dashboard = json.load(open(DASHBOARD))
+        answers = {}
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$model_name", ".*")
+                answers[(panel["title"], target["refId"])] = prometheus.query(
+                    expr.replace("$instance", ".*")
+                )
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            selector, label = LABEL_VALUES.match(variable["query"]["query"]).groups()
+            found = prometheus.query(selector.replace("$model_name", ".*"))
+            values = {m["metric"][label] for m in found}
+            assert values == expected_values[label], variable["name"]
+
+    def value(title: str, ref: str = "A") -> float:
+        [answer] = answers[(title, ref)] or [{"value": [0, "0"]}]
+        return float(answer["value"][1])
+
+    assert value("Prefill ranks without the plugin") == 1
+    assert value("Gates off on the prefill ranks") == 0
+    assert value("Freed on the prefill ranks") == sum(
+        record["not_allocated_bytes"].values()
+    )
+    states = answers[("Gate states per prefill rank", "A")]
+    assert {(m["metric"]["gate"], m["metric"]["state"]) for m in states} == set(
+        record["gates"].items()
+    )
+    assert {m["metric"]["instance"] for m in states} == {lean}
+    by_component = answers[("Freed per prefill rank, by component", "A")]
+    assert {m["metric"]["component"]: float(m["value"][1]) for m in by_component} == {
+        component: float(b) for component, b in record["not_allocated_bytes"].items()
+    }
+    memory = "Memory per prefill rank: SGLang's own gauges beside what the plugin freed"
+    for ref in "ABC":  # SGLang's own gauges: both prefill servers
+        assert {m["metric"]["instance"] for m in answers[(memory, ref)]} == {lean, bare}
