@@ -65,6 +65,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop(process: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM ``process`` (a helper the test started: a router, Prometheus), then
+    SIGKILL after ``grace`` seconds; returns once it has exited."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class ServerError(AssertionError):
     """The server did not do what the test waited for; the message carries its log."""
 

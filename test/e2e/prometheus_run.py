@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from harness import free_port
+from harness import free_port, stop
 
 VERSION = "2.42.0"
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -114,10 +114,5 @@ def scraping(urls: list[str], workdir: str):
                 time.sleep(0.3)
         yield prometheus
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()

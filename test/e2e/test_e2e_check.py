@@ -22,7 +22,7 @@ import urllib.request
 
 import pytest
 from e2e_runs import FLEET
-from harness import free_port
+from harness import free_port, stop
 from prometheus_run import DASHBOARD, scraping
 
 from sglang_pd_lean.cli.check import NO_RECORD, list_workers
@@ -148,12 +148,7 @@ def router_in_front(name: str, prefill: list[str], decode: list[str], workdir):
             raise AssertionError(f"{name} never listed the fleet: {listed}")
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
 
 
