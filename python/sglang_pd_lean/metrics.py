@@ -8,8 +8,9 @@
 Called by the record's hook AFTER ``Scheduler.__init__`` (``record.to_metrics``), on
 SGLang 0.5.16 to 0.5.23. By then every gate of the rank has run (pools, budget,
 graphs, warm-up and the speculative workers are built inside it), so the gauges are
-set once, as SGLang sets its own start-up gauges (``weight_memory_usage_gb``, ``kv_cache_memory_usage_gb``,
-``graph_memory_usage_gb``), and equal the rank's ``/server_info`` record:
+set once, as SGLang sets its own start-up gauges (``weight_memory_usage_gb``,
+``kv_cache_memory_usage_gb``, ``graph_memory_usage_gb``), and equal the rank's
+``/server_info`` record:
 
 - ``sglang_pd_lean_not_allocated_bytes{component}``: bytes the plugin kept this
   rank from allocating, per component (the record's ``not_allocated_bytes``);
