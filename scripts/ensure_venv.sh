@@ -45,11 +45,13 @@ base_release=0.5.23
 
 # Packages SGLang imports on the code paths we drive (pins come from SGLang's metadata),
 # the modules of every seam included (uvloop: Engine, the detokenizer; a test hides
-# server_deps below and resolves every seam: test_seams.py).
+# server_deps below and resolves every seam: test_seams.py; prometheus-client: the
+# plugin's /metrics gauges, test_metrics.py).
 lean_deps=(
   aiohttp compressed-tensors dill einops fastapi gguf ipython msgspec numpy openai
-  orjson packaging partial-json-parser pillow psutil pybase64 pydantic pyzmq
-  requests sentencepiece setproctitle tqdm transformers uvicorn uvloop xgrammar
+  orjson packaging partial-json-parser pillow prometheus-client psutil pybase64
+  pydantic pyzmq requests sentencepiece setproctitle tqdm transformers uvicorn uvloop
+  xgrammar
 )
 # Test and report extras of ours.
 own_deps=(pytest matplotlib)
@@ -59,7 +61,7 @@ torch_deps=(torch==2.14.1 torchvision==0.29.1)
 # the e2e servers on the lean venv; pins from SGLang's metadata), and the PD transfer
 # engine a prefill server needs (SGLang refuses the `fake` backend there). SGLang pins
 # no Mooncake: this is the release the e2e tests were checked with.
-server_deps=(jsonschema prometheus-client python-multipart soundfile)
+server_deps=(jsonschema python-multipart soundfile)
 transfer_deps=(mooncake-transfer-engine-non-cuda==0.3.13.post1)
 # Debian libraries Mooncake's engine.so links (ldd) on a machine without RDMA.
 debian_libs=(libibverbs1 librdmacm1 libnuma1)
