@@ -190,11 +190,14 @@ LABEL_VALUES = re.compile(r"label_values\((.*), (\w+)\)$")
 OURS = ("__name__", "gate", "state", "component")
 
 
-def _records(url: str) -> list:
-    """Each scheduler rank's ``pd_lean`` record, from the server's own
-    ``/server_info`` (None where it has none)."""
+def _server_info(url: str) -> dict:
     with urllib.request.urlopen(f"{url}/server_info", timeout=30) as answer:
-        info = json.load(answer)
+        return json.load(answer)
+
+
+def _records(info: dict) -> list:
+    """Each scheduler rank's ``pd_lean`` record in a server's own ``/server_info``
+    (None where it has none)."""
     return [state.get("pd_lean") for state in info["internal_states"]]
 
 
@@ -230,7 +233,7 @@ def test_a_real_prometheus_scrape_gives_each_rank_its_record(fleet, tmp_path):
             freed = prometheus.query(
                 f'sglang_pd_lean_not_allocated_bytes{{instance="{instance}"}}'
             )
-            records = _records(url)
+            records = _records(_server_info(url))
             if instance not in with_plugin:
                 assert records == [None] * len(records) and gates == freed == [], name
                 continue
@@ -263,11 +266,8 @@ def test_the_alert_and_the_dashboard_on_a_real_prometheus(fleet, tmp_path):
     urls = list(fleet.values())
     bare = _instance(fleet["prefill, allow-list without us"])
     lean = _instance(fleet["prefill"])
-    record = _records(fleet["prefill"])[0]
-    with urllib.request.urlopen(
-        f"{fleet['prefill']}/server_info", timeout=30
-    ) as answer:
-        model_name = json.load(answer)["served_model_name"]
+    info = _server_info(fleet["prefill"])
+    record, model_name = _records(info)[0], info["served_model_name"]
     # The dashboard's variables: the prefill servers' model and addresses.
     expected_values = {"model_name": {model_name}, "instance": {lean, bare}}
     with scraping(urls, str(tmp_path / "prometheus")) as prometheus:
