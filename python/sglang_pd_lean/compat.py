@@ -25,7 +25,7 @@ from sglang_pd_lean.gates import Gate, all_gates
 from sglang_pd_lean.hook import Hook
 from sglang_pd_lean.upstream import names_of
 
-SUPPORTED = tuple(f"0.5.{minor}" for minor in range(16, 24))
+SUPPORTED = tuple(f"0.5.{minor}" for minor in range(14, 24))
 KILL_SWITCH = "SGLANG_PD_LEAN"
 
 
@@ -84,10 +84,11 @@ def native_reason(gate: Gate) -> str | None:
     named only in a comment or a string does not count, and no source file is read
     while SGLang starts."""
     target = gate.target
-    if not gate.native_markers or target is None:
+    markers = gate.markers_for(target)
+    if not markers or target is None:
         return None
     used = names_of(target)
-    found = [marker for marker in gate.native_markers if marker in used]
+    found = [marker for marker in markers if marker in used]
     if not found:
         return None
     return f"upstream {target.rpartition('.')[2]}() checks {found[0]}"

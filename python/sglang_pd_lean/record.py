@@ -21,7 +21,8 @@ gate at once; the launch hook logs its own there), ``Scheduler.__init__`` (AFTER
 sets the record's gauges on ``/metrics`` where SGLang's metrics are on
 (``to_metrics``, ``metrics.py``), ``Scheduler.get_internal_state`` (AFTER)
 adds ``"pd_lean"`` to the scheduler's ``/server_info`` entry, and
-``KVCacheConfigurator._handle_max_mamba_cache`` (BEFORE) keeps the budget the
+``KVCacheConfigurator._handle_max_mamba_cache`` (BEFORE; on 0.5.14 and 0.5.15
+``ModelRunnerKVCacheMixin.handle_max_mamba_cache``) keeps the budget the
 target's sizing received (``total_rest_memory``, GiB; SGLang does not log it, and
 ``check`` gives it to the report to predict this rank's sizes exactly, on every
 role and release). All four exist on SGLang 0.5.16 to 0.5.23; where one is
@@ -242,10 +243,19 @@ def metrics_hook() -> Hook:
     return Hook(f"{SCHEDULER}.__init__", to_metrics, When.AFTER)
 
 
+def _sizing_target() -> str:
+    """Where the installed SGLang sizes mamba slots and KV: the budget gate's
+    target (the configurator's, or 0.5.14-0.5.15's model runner mixin's)."""
+    from sglang_pd_lean.survey import resolve_first
+
+    candidates = seams.HOOK_TARGETS["budget"]
+    return resolve_first(candidates)[0] or candidates[0]
+
+
 def hooks() -> list[Hook]:
     return [
         Hook(f"{SCHEDULER}.__init__", announce, When.BEFORE),
         metrics_hook(),
         Hook(f"{SCHEDULER}.get_internal_state", add_to_internal_state, When.AFTER),
-        Hook(seams.HOOK_TARGETS["budget"][0], sizing_received, When.BEFORE),
+        Hook(_sizing_target(), sizing_received, When.BEFORE),
     ]

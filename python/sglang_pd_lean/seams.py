@@ -84,15 +84,20 @@ _COMMON = "sglang.srt.utils.common"
 _SPEC = "sglang.srt.speculative"
 _CFG = "sglang.srt.configs"
 
-# Each gate's hook target candidates, by gate name (gates read theirs from here).
+# The model runner's pool mixin, where 0.5.14 and 0.5.15 build and size the pools.
+MIXIN = "sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin"
+
+# Each gate's hook target candidates, by gate name (gates read theirs from here):
+# today's first, then where 0.5.14 and 0.5.15 do the same.
 HOOK_TARGETS: dict[str, tuple[str, ...]] = {
-    "pool": (f"{_KVC}._build_hybrid_req_pool",),
+    "pool": (f"{_KVC}._build_hybrid_req_pool", f"{MIXIN}._init_pools"),
     "graph": (
         "sglang.srt.model_executor.model_runner_components.cuda_graph_setup."
         "capture_decode_graph",
+        f"{_MR}.ModelRunner.init_decode_cuda_graph",
     ),
     "warmup": ("sglang.srt.model_executor.runner.base_runner.BaseRunner._dummy_run",),
-    "budget": (f"{_KVC}._handle_max_mamba_cache",),
+    "budget": (f"{_KVC}._handle_max_mamba_cache", f"{MIXIN}.handle_max_mamba_cache"),
     "draft_graph": (
         "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker._capture_cuda_graphs",
     ),

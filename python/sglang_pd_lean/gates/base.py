@@ -134,6 +134,11 @@ class Gate:
         """Why this gate does not apply to the installed SGLang, or None."""
         return None
 
+    def markers_for(self, target: str | None) -> tuple[str, ...]:
+        """The native markers to look for in ``target``'s code (a gate whose older
+        target uses a marker for something else narrows them there)."""
+        return self.native_markers
+
     def owner_of(self, args: tuple, kwargs: dict) -> Any:
         """The object the hooked call belongs to (``self`` of a method)."""
         return args[0] if args else None

@@ -1,14 +1,20 @@
 """Pool gate: a prefill target builds its hybrid request pool without verify state.
 
 Hooks (AROUND) ``KVCacheConfigurator._build_hybrid_req_pool`` in
-``sglang/srt/mem_cache/kv_cache_configurator.py``. Upstream hands the draft-token
+``sglang/srt/mem_cache/kv_cache_configurator.py`` (0.5.16+), or on 0.5.14 and 0.5.15,
+which have no narrow builder, ``ModelRunnerKVCacheMixin._init_pools`` in
+``sglang/srt/model_executor/model_runner_kv_cache_mixin.py``. Upstream hands the draft-token
 count to ``HybridReqToTokenPool`` -> ``MambaPool``, which then allocates
 ``MambaPool.SpeculativeState``: per-draft-token snapshots of every ssm state
 (``intermediate_ssm``) and conv window (``intermediate_conv_window``), read only by
 ``TARGET_VERIFY``. On a worker that cannot verify, the hook lets upstream build the
 pool from a ``server_args`` view whose draft-token count is None, so ``MambaPool``
-builds its plain ``State``. Persistent conv/ssm state (handed to the decode server)
-is untouched. Applies to SGLang 0.5.16 and 0.5.17; 0.5.18+ does this natively.
+builds its plain ``State``. ``_init_pools`` builds every pool and also reads the
+draft-token count for the request rows' length, so there the gate changes only the
+name its code looks up for ``HybridReqToTokenPool``, for the call: a builder that
+constructs SGLang's class with the draft-token count None (the rows stay upstream's).
+Persistent conv/ssm state (handed to the decode server) is untouched. Applies to
+SGLang 0.5.14 to 0.5.17; 0.5.18+ does this natively.
 
 The bytes not allocated are measured, not re-derived: upstream's own build of the
 pool it would have made runs once more under ``FakeTensorMode`` (no memory, SGLang's
@@ -26,6 +32,7 @@ another step count on this pool, which asserts ``SpeculativeState``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 
 from sglang_pd_lean import seams
@@ -72,6 +79,13 @@ class PoolGate(Gate):
     # An adaptive runtime state's verify graph capture needs SpeculativeState.
     requires = ("adaptive",)
 
+    def markers_for(self, target: str | None) -> tuple[str, ...]:
+        # _init_pools asks the disaggregation mode for the decode pools and the
+        # unified fast path, not for the verify state.
+        if target == seams.HOOK_TARGETS["pool"][1]:
+            return ("_pd_prefill_skips_mamba_spec_state",)
+        return self.native_markers
+
     def applicable(self) -> str | None:
         transferred = transferred_removed_fields()
         if transferred is None:
@@ -84,6 +98,8 @@ class PoolGate(Gate):
         return None
 
     def act(self, call: Call) -> Acted | SteppedAside:
+        if getattr(call.original, "__name__", None) == "_init_pools":
+            return _act_in_init_pools(call)
         not_allocated = verify_state_bytes(call)
         if not_allocated == {}:
             return SteppedAside(
@@ -93,21 +109,58 @@ class PoolGate(Gate):
         view = no_draft_tokens(configurator.server_args)
         with temporarily(configurator, server_args=view):
             pool = call.upstream()
-        figures = ", ".join(
-            f"{human_bytes(nbytes)} of {component}"
-            for component, nbytes in (not_allocated or {}).items()
-        )
-        return Acted(
-            pool,
-            f"built MambaPool without SpeculativeState: "
-            f"{figures or 'verify state'} not allocated",
-            not_allocated,
-        )
+        return _acted(pool, not_allocated)
 
 
-def verify_state_bytes(call: Call) -> dict[str, int] | None:
-    """Bytes of each verify-only component in the pool upstream would build here,
-    counted on a ``FakeTensorMode`` build; None where that cannot be measured."""
+_HYBRID_POOL = "HybridReqToTokenPool"
+
+
+def _act_in_init_pools(call: Call) -> Acted | SteppedAside:
+    """0.5.14 and 0.5.15: upstream's ``_init_pools`` runs whole; only the hybrid
+    request pool it builds gets the draft-token count None."""
+    names = getattr(inspect.unwrap(call.original), "__globals__", {})
+    cls = names.get(_HYBRID_POOL)
+    seen: dict[str, dict[str, int] | None] = {}
+
+    def build(**kwargs):
+        not_allocated = verify_state_bytes(lambda: cls(**kwargs))
+        seen["not_allocated"] = not_allocated
+        if not_allocated == {}:
+            return cls(**kwargs)
+        return cls(**{**kwargs, "speculative_num_draft_tokens": None})
+
+    if cls is None:
+        return SteppedAside(call.upstream(), "upstream builds no hybrid request pool")
+    names[_HYBRID_POOL] = build
+    try:
+        result = call.upstream()
+    finally:
+        names[_HYBRID_POOL] = cls
+    if "not_allocated" not in seen:
+        return SteppedAside(result, "upstream builds no hybrid request pool here")
+    not_allocated = seen["not_allocated"]
+    if not_allocated == {}:
+        return SteppedAside(result, "upstream allocates no verify state for this pool")
+    return _acted(result, not_allocated)
+
+
+def _acted(pool, not_allocated: dict[str, int] | None) -> Acted:
+    figures = ", ".join(
+        f"{human_bytes(nbytes)} of {component}"
+        for component, nbytes in (not_allocated or {}).items()
+    )
+    return Acted(
+        pool,
+        f"built MambaPool without SpeculativeState: "
+        f"{figures or 'verify state'} not allocated",
+        not_allocated,
+    )
+
+
+def verify_state_bytes(build) -> dict[str, int] | None:
+    """Bytes of each verify-only component in the pool upstream would build here
+    (``build``: a ``Call``, or a function building it), counted on a
+    ``FakeTensorMode`` build; None where that cannot be measured."""
     try:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -117,7 +170,7 @@ def verify_state_bytes(call: Call) -> dict[str, int] | None:
         with contextlib.ExitStack() as stack:
             stack.enter_context(temporarily(pool_logger, disabled=True))
             stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
-            phantom = call.upstream()
+            phantom = build.upstream() if isinstance(build, Call) else build()
         return verify_only(component_bytes(phantom))
     except Exception as exc:  # a log figure never breaks a start-up
         logger.debug(f"[sglang-pd-lean] pool gate: verify state not measured: {exc!r}")
