@@ -103,6 +103,10 @@ PATCHES = {
         ("KVCacheConfigurator", "_handle_max_mamba_cache", _log_budget),
         ("KVCacheConfigurator", "config_from_budget", _log_kv_budget),
     ],
+    # 0.5.14 and 0.5.15 size in the model runner's pool mixin.
+    "sglang.srt.model_executor.model_runner_kv_cache_mixin": [
+        ("ModelRunnerKVCacheMixin", "handle_max_mamba_cache", _log_budget),
+    ],
 }
 if os.environ.get("SGLANG_PD_LEAN_E2E_MODULES"):
     PATCHES["sglang.srt.managers.scheduler"] = [
