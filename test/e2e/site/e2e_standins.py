@@ -139,7 +139,20 @@ def _while_replaced(original, owner, name: str, stand_in):
     return method
 
 
+class _NoLaunch:
+    """A Triton kernel that launches nothing: ``kernel[grid](...)`` returns None."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
 def _no_kv_copy_warmup_launch(original):
+    module = sys.modules.get(MEMORY_POOL)
+    if module is not None and hasattr(module, "copy_all_layer_kv_cache_tiled"):
+        # 0.5.15: the warm-up launches the tiled Triton kernel itself.
+        return _while_replaced(
+            original, module, "copy_all_layer_kv_cache_tiled", lambda k: _NoLaunch()
+        )
     return _while_replaced(
         original,
         lambda: sys.modules[MEMORY_POOL],
