@@ -278,7 +278,11 @@ SEAMS: tuple[Seam, ...] = (
     _s(
         f"{_CFG}.model_config.ModelConfig.from_server_args", Part.REPORT, "model config"
     ),
-    _s(f"{_CFG}.hybrid_arch.mambaish_config", Part.REPORT, "linear-attention config"),
+    _s(
+        (f"{_CFG}.hybrid_arch.mambaish_config", f"{_MR}.ModelRunner.mambaish_config"),
+        Part.REPORT,
+        "linear-attention config",
+    ),
     _s(
         "sglang.srt.distributed.utils.get_pp_indices",
         Part.REPORT,
@@ -290,19 +294,37 @@ SEAMS: tuple[Seam, ...] = (
     _s(f"{_DPA}.compute_dp_attention_world_info", Part.REPORT, "attention TP, DP"),
     _s(f"{_PS}._WORLD", Part.REPORT, "the world group PP sizing all-reduces over"),
     _s(f"{_ML}.utils.get_model_architecture", Part.REPORT, "the model class: PP?"),
-    _s(f"{_RC}.RuntimeContext.override_server_args", Part.REPORT, "publishes a role"),
+    _s(
+        (
+            f"{_RC}.RuntimeContext.override_server_args",
+            "sglang.srt.server_args.set_global_server_args_for_scheduler",
+        ),
+        Part.REPORT,
+        "publishes a role",
+    ),
     _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),
     _s(f"{_RC}.ParallelContext.override", Part.REPORT, "the TP layout of rank 0"),
-    _s(_KVC, Part.REPORT, "builds and sizes the pools"),
-    _s(f"{_KVC}._build_req_to_token_pool", Part.REPORT, "builds the request pool"),
-    _s(f"{_KVC}._handle_max_mamba_cache", Part.REPORT, "sizes mamba slots and KV"),
-    _s(f"{_KVC}._calculate_mamba_ratio", Part.REPORT, "advice: the automatic split"),
-    _s(f"{_KVC}.config_from_budget", Part.REPORT, "KV tokens from the budget"),
-    _s(f"{_KVC}.resolve_max_num_reqs", Part.REPORT, "running requests"),
+    _s(f"{_PS}._ATTN_TP", Part.REPORT, "the attention-TP width", until=15),
+    # Sizing and the request pool: a KVCacheConfigurator's (0.5.16+), else the
+    # model runner's (census/older.py).
+    *(
+        _s((f"{_KVC}{kvc}", f"{MIXIN}{mixin}"), Part.REPORT, why)
+        for kvc, mixin, why in (
+            ("", "", "builds and sizes the pools"),
+            ("._build_req_to_token_pool", "._init_pools", "builds the request pool"),
+            ("._handle_max_mamba_cache", ".handle_max_mamba_cache", "mamba sizing"),
+            ("._calculate_mamba_ratio", "._calculate_mamba_ratio", "advice: the split"),
+            (".config_from_budget", "._apply_token_constraints", "KV tokens"),
+            (".resolve_max_num_reqs", "._resolve_max_num_reqs", "running requests"),
+        )
+    ),
     _s(
-        "sglang.srt.mem_cache.kv_cache_configurator."
-        "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO",
+        (
+            "sglang.srt.mem_cache.kv_cache_configurator."
+            "MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO",
+            f"{MIXIN.rsplit('.', 1)[0]}.MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO",
+        ),
         Part.REPORT,
         "mamba slots per running request",
     ),
@@ -312,8 +334,11 @@ SEAMS: tuple[Seam, ...] = (
         "finalises running requests",
     ),
     _s(
-        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state."
-        "resolve_spec_aux_hidden_state_config",
+        (
+            "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state."
+            "resolve_spec_aux_hidden_state_config",
+            f"{_MR}.ModelRunner._build_model_config",
+        ),
         Part.REPORT,
         "the draft model's share of the KV budget",
     ),
@@ -322,13 +347,9 @@ SEAMS: tuple[Seam, ...] = (
         "SpecAuxHiddenStateConfig",
         Part.REPORT,
         "the draft model's share of the KV budget",
+        since=16,
     ),
-    _s(
-        "sglang.srt.model_executor.model_runner_components.layer_setup."
-        "ModelLayerInfo",
-        Part.REPORT,
-        "a pipeline stage's layers",
-    ),
+    _s(f"{_LS}.ModelLayerInfo", Part.REPORT, "a pipeline stage's layers", since=16),
     _s(
         "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
         Part.REPORT,
@@ -380,7 +401,7 @@ SEAMS: tuple[Seam, ...] = (
         "attention-CP width built (with TP: the attention-DP width)",
     ),
     _s("sglang.srt.configs.load_config.LoadConfig", Part.WEIGHTS, "dummy load"),
-    _s(f"{_LS}.resolve_layer_indices", Part.WEIGHTS, "the target's layers"),
+    _s(f"{_LS}.resolve_layer_indices", Part.WEIGHTS, "the layers", since=16),
     _s(
         "sglang.srt.model_loader.loader._initialize_model",
         Part.WEIGHTS,

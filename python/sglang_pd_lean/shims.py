@@ -196,11 +196,14 @@ def has_draft_model(algorithm: Any) -> bool:
 
 
 def layer_info(start: int, end: int) -> Any:
-    """SGLang's ModelLayerInfo for a [start, end) stage (every supported release
-    has it; ``seams`` lists it for the report, which refuses to start without it)."""
-    from sglang.srt.model_executor.model_runner_components.layer_setup import (
-        ModelLayerInfo,
-    )
+    """SGLang's ModelLayerInfo for a [start, end) stage (0.5.16+; 0.5.14 to
+    0.5.15.post1 keep the same three values on the ModelRunner: a namespace)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.layer_setup import (
+            ModelLayerInfo,
+        )
+    except ImportError:
+        ModelLayerInfo = types.SimpleNamespace
 
     return ModelLayerInfo(
         start_layer=start, end_layer=end, num_effective_layers=end - start

@@ -72,15 +72,20 @@ from sglang_pd_lean.shims import setting
 def spec_aux(server_args, mc):
     """SGLang's own draft-model description for the target (draft layers counted
     in its KV sizing only where a draft model path is given)."""
-    from sglang.srt.model_executor.model_runner_components import (
-        spec_aux_hidden_state,
-    )
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_pd_lean.census import older
 
     algorithm = SpeculativeAlgorithm.from_string(
         setting("get_spec", "speculative_algorithm", server_args)
     )
     with sglang_rejects("SGLang cannot read the draft model"):
+        if not older.has_configurator():
+            return older.spec_aux(server_args, mc, algorithm)
+        from sglang.srt.model_executor.model_runner_components import (
+            spec_aux_hidden_state,
+        )
+
         return spec_aux_hidden_state.resolve_spec_aux_hidden_state_config(
             server_args=server_args,
             model_config=mc,

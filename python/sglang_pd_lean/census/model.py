@@ -47,8 +47,14 @@ def model_folder(data: dict) -> str:
 
 
 def linear_state_config(mc) -> Any:
-    from sglang.srt.configs.hybrid_arch import mambaish_config
+    """SGLang's ``mambaish_config`` of the model (0.5.14 to 0.5.15.post1: the
+    target ModelRunner's property of the same name)."""
+    try:
+        from sglang.srt.configs.hybrid_arch import mambaish_config
+    except ImportError:
+        from sglang_pd_lean.census import older
 
+        return older.target_linear_config(mc)
     return mambaish_config(mc)
 
 

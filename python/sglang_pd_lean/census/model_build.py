@@ -222,10 +222,16 @@ def _bytes_of(model) -> int:
 def _layers_of(model, model_config, server_args) -> list[int]:
     """[start, end) of the target's layers on rank 0, as SGLang's model runner
     resolves them on the built model (``resolve_layer_indices``: its pipeline
-    stage; up to 0.5.22 it also takes the speculative algorithm)."""
-    from sglang.srt.model_executor.model_runner_components.layer_setup import (
-        resolve_layer_indices,
-    )
+    stage; up to 0.5.22 it also takes the speculative algorithm; 0.5.14 to
+    0.5.15.post1 resolve them inline: ``older.target_layers``)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.layer_setup import (
+            resolve_layer_indices,
+        )
+    except ImportError:
+        from sglang_pd_lean.census import older
+
+        return older.target_layers(model, model_config)
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     kwargs = dict(model=model, model_config=model_config, is_draft_worker=False)

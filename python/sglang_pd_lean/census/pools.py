@@ -16,10 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import types
 from collections.abc import Iterator
 from typing import Any
 
 from sglang_pd_lean.accounting import COMPONENT_ORDER, VERIFY_ONLY
+from sglang_pd_lean.census import older
 from sglang_pd_lean.census.results import PoolSummary
 from sglang_pd_lean.role import upstream_behaviour
 from sglang_pd_lean.shims import setting
@@ -33,7 +35,12 @@ def published(**fields: Any) -> Iterator[Any]:
     from sglang.srt.runtime_context import get_context
 
     fields.setdefault("page_size", 1)
-    with get_context().override_server_args(**fields) as server_args:
+    context = get_context()
+    if hasattr(context, "override_server_args"):  # 0.5.16+
+        with context.override_server_args(**fields) as server_args:
+            yield server_args
+        return
+    with older.published(context, fields) as server_args:  # 0.5.14-0.5.15.post1
         yield server_args
 
 
@@ -63,13 +70,26 @@ def configurator(
     """A real KVCacheConfigurator for TP rank 0 of pipeline stage ``pp_rank``,
     filled in as a plain dataclass with what the target's ModelRunner derives
     (``rank.derive``, each field's source in ``rank.FIELD_SOURCES``). ``spec_aux``:
-    SGLang's draft-model description (default: the model's own MTP depth)."""
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    SGLang's draft-model description (default: the model's own MTP depth). On
+    0.5.14 to 0.5.15.post1, which size on the ModelRunner, SGLang's ModelRunner
+    holding the same (``older.sizing_runner``)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     from sglang_pd_lean.census.rank import derive, rank_widths
 
     derived = derive(mc, server_args, rank_widths(server_args), pp_rank)
+    spec_aux = spec_aux if spec_aux is not None else spec_aux_config(mc)
+    if not older.has_configurator():
+        return older.sizing_runner(
+            mc,
+            server_args,
+            derived,
+            is_draft_worker=is_draft_worker,
+            page_size=page_size,
+            spec_aux=spec_aux,
+        )
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
     fields = [f for f in dataclasses.fields(KVCacheConfigurator) if f.init]
     required = {
         f.name: None
@@ -88,7 +108,7 @@ def configurator(
         ),
         is_draft_worker=is_draft_worker,
         post_capture_kv_active=False,
-        spec_aux_config=spec_aux if spec_aux is not None else spec_aux_config(mc),
+        spec_aux_config=spec_aux,
         **derived.configurator_fields(),
     )
     names = {f.name for f in fields}
@@ -98,15 +118,18 @@ def configurator(
 
 def spec_aux_config(mc) -> Any:
     """Upstream's draft-model description: an MTP draft of the model's own MTP depth
-    (one layer where the config does not say), which shares the KV budget."""
-    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
-        SpecAuxHiddenStateConfig,
-    )
-
+    (one layer where the config does not say), which shares the KV budget (0.5.14
+    to 0.5.15.post1 keep it on the ModelRunner: a namespace of the same name)."""
     text = mc.hf_text_config
     layers = getattr(text, "num_nextn_predict_layers", None) or getattr(
         text, "mtp_num_hidden_layers", None
     )
+    if not older.has_configurator():
+        return types.SimpleNamespace(eagle_draft_num_layers=int(layers or 1))
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        SpecAuxHiddenStateConfig,
+    )
+
     return SpecAuxHiddenStateConfig(eagle_draft_num_layers=int(layers or 1))
 
 

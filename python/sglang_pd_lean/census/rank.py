@@ -127,8 +127,14 @@ def parallel_layout(widths: Widths, pp_rank: int = 0) -> Iterator[None]:
     (the cache-parameter, sizing and pool code read it there)."""
     from sglang.srt.runtime_context import get_parallel
 
+    from sglang_pd_lean.census import older
+
     with get_parallel().override(**widths.published(pp_rank)):
-        yield
+        if older.has_configurator():
+            yield
+            return
+        with older.attention_tp_group(widths.attn_tp_size):
+            yield
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
