@@ -18,17 +18,19 @@ from sglang_pd_lean.upstream import missing_targets, resolve, source_of
 @pytest.mark.parametrize(
     "version,supported",
     [
+        ("0.5.14", True),
+        ("0.5.15.post1", True),
         ("0.5.16", True),
         ("0.5.17.post1", True),
         ("0.5.23rc1", True),
-        ("0.5.15", False),
+        ("0.5.13", False),
         ("0.5.24", False),
         ("0.6.0", False),
         ("1.0", False),
         (None, False),
     ],
 )
-def test_supported_releases_are_0_5_16_to_0_5_23(version, supported):
+def test_supported_releases_are_0_5_14_to_0_5_23(version, supported):
     assert compat.is_supported(version) is supported
 
 
@@ -250,7 +252,7 @@ def test_upstreams_own_function_with_the_marker_in_a_comment_is_not_native(
     lines = source.splitlines()
     first = function.body[0]  # the first statement, after the whole signature
     indent = " " * first.col_offset
-    mention = " ".join(gate.native_markers)
+    mention = " ".join(gate.markers_for(gate.target))
     body = (
         lines[function.lineno - 1 : first.lineno - 1]  # no decorators
         + [f"{indent}# upstream could check {mention} here"]
@@ -320,7 +322,7 @@ def test_a_missing_target_turns_off_its_gate_and_those_requiring_it(monkeypatch)
 
 # --- what the decision says where it registers nothing -------------------------
 
-SUPPORTED_RANGE = "(0.5.16 to 0.5.23)"  # doctor; README: "outside 0.5.16-0.5.23"
+SUPPORTED_RANGE = "(0.5.14 to 0.5.23)"  # doctor; README: "outside 0.5.16-0.5.23"
 
 
 @pytest.mark.parametrize("kill_switch", [None, "0"])

@@ -13,7 +13,7 @@ import logging
 import os
 
 import pytest
-from helpers import run_python, upstream_has
+from helpers import run_python, sglang_minor, upstream_has
 
 from sglang_pd_lean import audit, compat, plugin, record
 
@@ -29,6 +29,13 @@ GATE_TARGETS = {
     "dflash_graph": "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2.init_cuda_graphs",
     "adaptive": "sglang.srt.speculative.adaptive_runtime_state.AdaptiveController.init_states",
 }
+# Where 0.5.14 to 0.5.15.post1 do the same (their wheels, read: docs/older-releases.md).
+if sglang_minor() < 16:
+    GATE_TARGETS.update(
+        pool="sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin._init_pools",
+        graph="sglang.srt.model_executor.model_runner.ModelRunner.init_decode_cuda_graph",
+        budget="sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+    )
 
 
 def expected_gates(version: str) -> set[str]:

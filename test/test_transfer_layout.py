@@ -140,7 +140,6 @@ def built_pools(model: str, role: str):
             census.published(**server_fields(inputs, role))
         )
         conf = census.configurator(mc, server_args, is_draft_worker=False)
-        req_pool = census.build_request_pool(conf, REQUESTS)
         stack.enter_context(
             mock.patch.object(
                 memory_pool.MHATokenToKVPool,
@@ -148,6 +147,11 @@ def built_pools(model: str, role: str):
                 kv_copy_stand_in,
             )
         )
+        if not hasattr(conf, "_build_token_to_kv_pool"):  # 0.5.14-0.5.15.post1
+            stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+            yield conf.build_pools(REQUESTS, KV_TOKENS)
+            return
+        req_pool = census.build_request_pool(conf, REQUESTS)
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         kv_pool = conf._build_token_to_kv_pool(
             sizes=pool_sizes(),

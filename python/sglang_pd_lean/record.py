@@ -245,11 +245,16 @@ def metrics_hook() -> Hook:
 
 def _sizing_target() -> str:
     """Where the installed SGLang sizes mamba slots and KV: the budget gate's
-    target (the configurator's, or 0.5.14-0.5.15's model runner mixin's)."""
+    target (the configurator's, or 0.5.14-0.5.15's model runner mixin's): the
+    first whose class the installed SGLang has, so that a method it lacks is named
+    where it should be."""
     from sglang_pd_lean.survey import resolve_first
 
     candidates = seams.HOOK_TARGETS["budget"]
-    return resolve_first(candidates)[0] or candidates[0]
+    for candidate in candidates:
+        if resolve_first((candidate.rsplit(".", 1)[0],))[0] is not None:
+            return candidate
+    return candidates[0]
 
 
 def hooks() -> list[Hook]:

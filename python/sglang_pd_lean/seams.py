@@ -83,6 +83,8 @@ _DPA = "sglang.srt.layers.dp_attention"
 _COMMON = "sglang.srt.utils.common"
 _SPEC = "sglang.srt.speculative"
 _CFG = "sglang.srt.configs"
+_MP = "sglang.srt.mem_cache.memory_pool.MambaPool"
+_SAH = "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state"
 
 # The model runner's pool mixin, where 0.5.14 and 0.5.15 build and size the pools.
 MIXIN = "sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin"
@@ -142,17 +144,8 @@ SEAMS: tuple[Seam, ...] = (
         for name in ("HookRegistry", "HookType")
     ),
     _s("sglang.srt.plugins.load_plugins", Part.PLUGIN, "loads the plugin"),
-    _s(
-        "sglang.srt.mem_cache.memory_pool.MambaPool.get_contiguous_buf_infos",
-        Part.PLUGIN,
-        "pool gate: what SGLang transfers to the decode server",
-    ),
-    _s(
-        "sglang.srt.mem_cache.memory_pool.MambaPool._NON_TRANSFER_STATE_FIELDS",
-        Part.PLUGIN,
-        "pool gate: verify state SGLang keeps back from the decode server",
-        since=17,
-    ),
+    _s(f"{_MP}.get_contiguous_buf_infos", Part.PLUGIN, "pool gate: what SGLang sends"),
+    _s(f"{_MP}._NON_TRANSFER_STATE_FIELDS", Part.PLUGIN, "pool gate: kept", since=17),
     _s(
         "sglang.srt.speculative.spec_info.SpeculativeAlgorithm",
         Part.PLUGIN,
@@ -283,11 +276,7 @@ SEAMS: tuple[Seam, ...] = (
         Part.REPORT,
         "linear-attention config",
     ),
-    _s(
-        "sglang.srt.distributed.utils.get_pp_indices",
-        Part.REPORT,
-        "the layers of a pipeline stage",
-    ),
+    _s("sglang.srt.distributed.utils.get_pp_indices", Part.REPORT, "a stage's layers"),
     # What a target's ModelRunner derives before sizing (census/rank.py).
     _s(f"{_MR}.ModelRunner.configure_kv_cache_dtype", Part.REPORT, "KV cache dtype"),
     _s("sglang.srt.configs.model_config.AttentionArch", Part.REPORT, "MLA backend"),
@@ -335,31 +324,20 @@ SEAMS: tuple[Seam, ...] = (
     ),
     _s(
         (
-            "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state."
-            "resolve_spec_aux_hidden_state_config",
+            f"{_SAH}.resolve_spec_aux_hidden_state_config",
             f"{_MR}.ModelRunner._build_model_config",
         ),
         Part.REPORT,
         "the draft model's share of the KV budget",
     ),
-    _s(
-        "sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state."
-        "SpecAuxHiddenStateConfig",
-        Part.REPORT,
-        "the draft model's share of the KV budget",
-        since=16,
-    ),
+    _s(f"{_SAH}.SpecAuxHiddenStateConfig", Part.REPORT, "the draft's KV", since=16),
     _s(f"{_LS}.ModelLayerInfo", Part.REPORT, "a pipeline stage's layers", since=16),
     _s(
         "sglang.srt.model_executor.runner.eager_runner.EagerRunner._autotune_buffers",
         Part.REPORT,
         "warmup autotune buffers",
     ),
-    _s(
-        "sglang.srt.mem_cache.memory_pool.MambaPool.SpeculativeState",
-        Part.REPORT,
-        "verify-only state components",
-    ),
+    _s(f"{_MP}.SpeculativeState", Part.REPORT, "verify-only state components"),
     _s(
         "torch._subclasses.fake_tensor.FakeTensorMode",
         Part.REPORT,

@@ -120,6 +120,7 @@ def _runner_class() -> type:
             from sglang.srt.model_executor import model_runner
 
             self._linear_attn_registry_cache = model_runner._UNSET
+            self._whole = False
             for name, value in attributes.items():
                 setattr(self, name, value)
 
@@ -147,8 +148,23 @@ def _runner_class() -> type:
                 pass
             return self.req_to_token_pool
 
-        def _validate_prefill_only_disable_kv_cache_pool_family(self, *_: Any) -> None:
-            raise _RequestPoolBuilt
+        def _validate_prefill_only_disable_kv_cache_pool_family(self, *args: Any) -> None:
+            if not self._whole:
+                raise _RequestPoolBuilt
+            super()._validate_prefill_only_disable_kv_cache_pool_family(*args)
+
+        def build_pools(self, max_num_reqs: int, max_total_num_tokens: int) -> Any:
+            """The request and KV pools, as ``_init_pools`` builds them whole."""
+            self.max_running_requests = max_num_reqs
+            self.max_total_num_tokens = max_total_num_tokens
+            self.req_to_token_pool = None
+            self.token_to_kv_pool_allocator = None
+            self._whole = True
+            try:
+                self._init_pools()
+            finally:
+                self._whole = False
+            return self.req_to_token_pool, self.token_to_kv_pool
 
     return SizingRunner
 

@@ -82,7 +82,8 @@ class PoolGate(Gate):
     def markers_for(self, target: str | None) -> tuple[str, ...]:
         # _init_pools asks the disaggregation mode for the decode pools and the
         # unified fast path, not for the verify state.
-        if target == seams.HOOK_TARGETS["pool"][1]:
+        older = seams.HOOK_TARGETS["pool"][1].rpartition(".")[2]
+        if target is not None and target.rpartition(".")[2] == older:
             return ("_pd_prefill_skips_mamba_spec_state",)
         return self.native_markers
 
