@@ -12,6 +12,8 @@ on every release.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -23,6 +25,7 @@ from helpers import server_fields, upstream_has
 from placeholder import Inputs, prepare
 
 from sglang_pd_lean import accounting, census, record
+from sglang_pd_lean.census import older
 from sglang_pd_lean.gates import pool
 from sglang_pd_lean.role import upstream_behaviour
 
@@ -113,6 +116,20 @@ def test_decode_target_keeps_verify_state(model):
 # --- the gate's own hook, on every release ------------------------------------
 
 
+def pool_build(build, conf, requests: int):
+    """The request pool ``build`` (the gate's target, hooked or not) makes for
+    ``requests``: the configurator's ``_build_hybrid_req_pool`` returns it; the
+    ``_init_pools`` of 0.5.14 to 0.5.15.post1 sets it on the runner, then goes on
+    to the KV pool, where the census's runner stops it."""
+    if not hasattr(conf, "build_pools"):
+        return build(conf, max_num_reqs=requests, extra_max_context_len=4)
+    conf.max_running_requests = requests
+    conf.req_to_token_pool = None
+    with contextlib.suppress(older.RequestPoolBuilt):
+        build(conf)
+    return conf.req_to_token_pool
+
+
 def test_pool_hook_on_a_configurator_without_is_draft_worker_builds_upstreams_pool(
     configurator, unhooked, no_pool_kernel_warmup, caplog
 ):
@@ -123,11 +140,13 @@ def test_pool_hook_on_a_configurator_without_is_draft_worker_builds_upstreams_po
     original = unhooked(pool.GATE)
     inputs, conf = configurator("decode")
     del conf.is_draft_worker
-    kwargs = dict(max_num_reqs=inputs.max_running_requests, extra_max_context_len=4)
+    requests = inputs.max_running_requests
     with FakeTensorMode(allow_non_fake_inputs=True):
         with caplog.at_level(logging.DEBUG, logger="sglang_pd_lean"):
-            hooked = pool.GATE.around(original, conf, **kwargs)
-        expected = original(conf, **kwargs)
+            hooked = pool_build(
+                functools.partial(pool.GATE.around, original), conf, requests
+            )
+        expected = pool_build(original, conf, requests)
     assert census.component_bytes(hooked) == census.component_bytes(expected)
     assert any("if in doubt, keep the bytes" in r.getMessage() for r in caplog.records)
 
@@ -156,12 +175,8 @@ def acting_pool_build(configurator, unhooked, caplog, **inputs) -> tuple:
     _, conf = configurator("prefill", **inputs)
     with FakeTensorMode(allow_non_fake_inputs=True):
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-            built = pool.GATE.around(
-                unhooked(pool.GATE),
-                conf,
-                max_num_reqs=requests,
-                extra_max_context_len=4,
-            )
+            around = functools.partial(pool.GATE.around, unhooked(pool.GATE))
+            built = pool_build(around, conf, requests)
     lines = [r.getMessage() for r in caplog.records if "pool gate" in r.getMessage()]
     return built, lines, record.snapshot()
 

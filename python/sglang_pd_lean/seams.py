@@ -208,26 +208,14 @@ SEAMS: tuple[Seam, ...] = (
         Part.PLUGIN,
         "the worker class a launch (the launch hook) or an algorithm (audit) builds",
     ),
-    _s(
-        f"{_SPEC}.spec_registry._REGISTRY",
-        Part.AUDIT,
-        "speculative algorithms a plugin registered",
-    ),
-    _s(
-        f"{_SPEC}.spec_registry._RESERVED_ALIASES",
-        Part.AUDIT,
-        "reserved spellings of an algorithm (NEXTN)",
-    ),
+    _s(f"{_SPEC}.spec_registry._REGISTRY", Part.AUDIT, "algorithms plugins registered"),
+    _s(f"{_SPEC}.spec_registry._RESERVED_ALIASES", Part.AUDIT, "NEXTN's spellings"),
     _s(
         "sglang.srt.arg_groups.speculative_hook._resolve_speculative_algorithm_alias",
         Part.AUDIT,
         "what a reserved spelling resolves to",
     ),
-    _s(
-        f"{SCHEDULER}.get_internal_state",
-        Part.RECORD,
-        "adds the plugin's record to /server_info",
-    ),
+    _s(f"{SCHEDULER}.get_internal_state", Part.RECORD, "the record in /server_info"),
     _s(
         "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector",
         Part.RECORD,
@@ -294,9 +282,14 @@ SEAMS: tuple[Seam, ...] = (
     _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),
     _s(f"{_RC}.ParallelContext.override", Part.REPORT, "the TP layout of rank 0"),
-    _s(f"{_PS}._ATTN_TP", Part.REPORT, "the attention-TP width", until=15),
-    # Sizing and the request pool: a KVCacheConfigurator's (0.5.16+), else the
-    # model runner's (census/older.py).
+    *(  # 0.5.14-0.5.15.post1's census (census/older.py)
+        _s(path, Part.REPORT, why, until=15)
+        for path, why in (
+            (f"{_PS}._ATTN_TP", "the attention-TP width"),
+            (f"{_SPEC}.dflash_utils.parse_dflash_draft_config", "DFLASH draft"),
+        )
+    ),
+    # Sizing and the request pool: the configurator's, else the model runner's.
     *(
         _s((f"{_KVC}{kvc}", f"{MIXIN}{mixin}"), Part.REPORT, why)
         for kvc, mixin, why in (

@@ -74,7 +74,7 @@ def spec_aux(server_args, mc):
     in its KV sizing only where a draft model path is given)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    from sglang_pd_lean.census import older
+    import sglang_pd_lean.census.older as older
 
     algorithm = SpeculativeAlgorithm.from_string(
         setting("get_spec", "speculative_algorithm", server_args)

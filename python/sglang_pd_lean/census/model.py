@@ -52,7 +52,7 @@ def linear_state_config(mc) -> Any:
     try:
         from sglang.srt.configs.hybrid_arch import mambaish_config
     except ImportError:
-        from sglang_pd_lean.census import older
+        import sglang_pd_lean.census.older as older
 
         return older.target_linear_config(mc)
     return mambaish_config(mc)

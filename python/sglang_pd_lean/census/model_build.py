@@ -229,7 +229,7 @@ def _layers_of(model, model_config, server_args) -> list[int]:
             resolve_layer_indices,
         )
     except ImportError:
-        from sglang_pd_lean.census import older
+        import sglang_pd_lean.census.older as older
 
         return older.target_layers(model, model_config)
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm

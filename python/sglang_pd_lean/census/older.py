@@ -72,7 +72,7 @@ RUNNER_ATTRIBUTES: Mapping[str, str] = types.MappingProxyType(
 )
 
 
-class _RequestPoolBuilt(Exception):
+class RequestPoolBuilt(Exception):
     """``_init_pools`` reached the KV pool: the request pool is built."""
 
 
@@ -106,17 +106,30 @@ def published(context: Any, fields: dict[str, Any]) -> Iterator[Any]:
             module.set_global_server_args_for_scheduler(saved)
 
 
-@functools.cache
-def _runner_class() -> type:
-    from sglang.srt.model_executor.model_runner import ModelRunner
+def _config_from_budget(runner, budget_bytes: int) -> Any:
+    """KV tokens from a KV budget, as ``_resolve_memory_pool_config`` derives them
+    once it has profiled: SGLang's pool configurator, then the token constraints."""
     from sglang.srt.model_executor.pool_configurator import (
         create_memory_pool_configurator,
     )
 
+    page_size = runner.server_args.page_size
+    sizes = create_memory_pool_configurator(runner)
+    config = sizes.calculate_pool_sizes(budget_bytes, page_size)
+    tokens = runner._apply_token_constraints(config.max_total_num_tokens)
+    if tokens != config.max_total_num_tokens:
+        config = sizes.calculate_pool_sizes_from_max_tokens(tokens, page_size)
+    return config
+
+
+@functools.cache
+def _runner_class() -> type:
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
     class SizingRunner(ModelRunner):
         """SGLang's ModelRunner holding only what its sizing and pool methods read."""
 
-        def __init__(self, **attributes: Any) -> None:  # noqa: D107 (no super)
+        def __init__(self, **attributes: Any) -> None:  # no super(): no model
             from sglang.srt.model_executor import model_runner
 
             self._linear_attn_registry_cache = model_runner._UNSET
@@ -128,13 +141,7 @@ def _runner_class() -> type:
             return self.handle_max_mamba_cache(total_rest_memory)
 
         def config_from_budget(self, budget_bytes: int) -> Any:
-            page_size = self.server_args.page_size
-            sizes = create_memory_pool_configurator(self)
-            config = sizes.calculate_pool_sizes(budget_bytes, page_size)
-            tokens = self._apply_token_constraints(config.max_total_num_tokens)
-            if tokens != config.max_total_num_tokens:
-                config = sizes.calculate_pool_sizes_from_max_tokens(tokens, page_size)
-            return config
+            return _config_from_budget(self, budget_bytes)
 
         def resolve_max_num_reqs(self, token_capacity: int) -> int:
             return self._resolve_max_num_reqs(token_capacity)
@@ -144,17 +151,18 @@ def _runner_class() -> type:
             self.req_to_token_pool = None
             try:
                 self._init_pools()
-            except _RequestPoolBuilt:
+            except RequestPoolBuilt:
                 pass
             return self.req_to_token_pool
 
-        def _validate_prefill_only_disable_kv_cache_pool_family(self, *args: Any) -> None:
+        def _validate_prefill_only_disable_kv_cache_pool_family(
+            self, *args: Any
+        ) -> None:
             if not self._whole:
-                raise _RequestPoolBuilt
+                raise RequestPoolBuilt
             super()._validate_prefill_only_disable_kv_cache_pool_family(*args)
 
         def build_pools(self, max_num_reqs: int, max_total_num_tokens: int) -> Any:
-            """The request and KV pools, as ``_init_pools`` builds them whole."""
             self.max_running_requests = max_num_reqs
             self.max_total_num_tokens = max_total_num_tokens
             self.req_to_token_pool = None
@@ -239,7 +247,8 @@ def target_linear_config(mc) -> Any:
 def sizing_runner(
     mc, server_args, derived, *, is_draft_worker: bool, page_size: int, spec_aux: Any
 ) -> Any:
-    """A ``SizingRunner`` for TP rank 0 of ``derived``'s stage (``rank.derive``)."""
+    """A ``SizingRunner`` for TP rank 0 of ``derived``'s stage (``rank.derive``);
+    its ``build_pools`` runs ``_init_pools`` whole: the request and KV pools."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     from sglang_pd_lean.shims import setting

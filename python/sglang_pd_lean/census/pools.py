@@ -20,8 +20,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import sglang_pd_lean.census.older as older
 from sglang_pd_lean.accounting import COMPONENT_ORDER, VERIFY_ONLY
-from sglang_pd_lean.census import older
 from sglang_pd_lean.census.results import PoolSummary
 from sglang_pd_lean.role import upstream_behaviour
 from sglang_pd_lean.shims import setting

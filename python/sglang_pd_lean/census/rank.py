@@ -127,7 +127,7 @@ def parallel_layout(widths: Widths, pp_rank: int = 0) -> Iterator[None]:
     (the cache-parameter, sizing and pool code read it there)."""
     from sglang.srt.runtime_context import get_parallel
 
-    from sglang_pd_lean.census import older
+    import sglang_pd_lean.census.older as older
 
     with get_parallel().override(**widths.published(pp_rank)):
         if older.has_configurator():
