@@ -234,11 +234,11 @@ def test_a_release_row_keeps_a_state_it_has_no_short_word_for_and_every_seam():
 
 
 def test_doctor_seams_lists_every_seam_found_or_missing(capsys, monkeypatch):
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor import pool_configurator
 
     from sglang_pd_lean import seams
 
-    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    monkeypatch.delattr(pool_configurator, "create_memory_pool_configurator")
     code, out = doctor(capsys, "--seams")
     lines = [
         line
@@ -247,16 +247,18 @@ def test_doctor_seams_lists_every_seam_found_or_missing(capsys, monkeypatch):
     ]
     assert len(lines) == len(seams.SEAMS)
     gone = [line for line in lines if line.startswith("MISSING")]
-    assert len(gone) == 1 and "_calculate_mamba_ratio" in gone[0] and code == 1
+    assert len(gone) == 1 and "create_memory_pool_configurator" in gone[0] and code == 1
     # After the gates: the seam with its part, why the report needs it, and the
     # error resolving it gave; then the verdict.
-    (seam,) = [s for s in seams.SEAMS if s.label.endswith("._calculate_mamba_ratio")]
+    (seam,) = [
+        s for s in seams.SEAMS if s.label.endswith(".create_memory_pool_configurator")
+    ]
     said = [line for line in out.splitlines() if line.startswith("missing seam (")]
     assert len(said) == 1
     assert said[0].startswith(
         f"missing seam ({seam.part.value}: {seam.why}): {seam.label}: "
     )
-    assert "_calculate_mamba_ratio" in said[0].rsplit(": ", 1)[1]
+    assert "create_memory_pool_configurator" in said[0].rsplit(": ", 1)[1]
     assert out.splitlines()[-1] == (
         "report: cannot run on this SGLang (see the missing seams above)"
     )
@@ -276,9 +278,9 @@ def test_doctor_text_gives_the_release_and_each_gate_in_aligned_columns(capsys):
     code, out = doctor(capsys)
     lines = out.splitlines()
     low, high = compat.SUPPORTED[0], compat.SUPPORTED[-1]
-    assert report["supported_releases"] == ["0.5.16", "0.5.23"] == [low, high]
+    assert report["supported_releases"] == ["0.5.14", "0.5.23"] == [low, high]
     assert lines[0] == f"SGLang {compat.sglang_version()}"
-    assert lines[1] == "supported: yes (0.5.16 to 0.5.23)"
+    assert lines[1] == "supported: yes (0.5.14 to 0.5.23)"
     gates = report["gates"]
     width = max(len(g["state"]) for g in gates) + 2  # the widest state, 2 spaces
     names = max(13, *(len(g["name"]) + 2 for g in gates))  # 13, or widest + 2
@@ -320,7 +322,7 @@ def test_doctor_without_sglang_says_so_and_exits_1(monkeypatch, capsys):
     monkeypatch.setattr(compat, "sglang_version", lambda: None)
     code, out = doctor(capsys)
     assert code == 1
-    assert out == "SGLang: not installed (supported: 0.5.16 to 0.5.23)\n"
+    assert out == "SGLang: not installed (supported: 0.5.14 to 0.5.23)\n"
     code, out = doctor(capsys, "--json")
     report = json.loads(out)
     assert code == 1 and report["seams"] == [] and report["missing_seams"] == []
@@ -362,7 +364,7 @@ def test_the_report_refuses_in_one_line_naming_the_first_seam_and_counting_the_r
     """What the report needs and SGLang lacks: the first seam (in the seams list's
     order) with why the report needs it, and how many more, in one line."""
     import sglang.srt.distributed.utils as dist_utils
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor import pool_configurator
 
     from sglang_pd_lean import seams
     from sglang_pd_lean.census.environment import require_seams
@@ -370,15 +372,14 @@ def test_the_report_refuses_in_one_line_naming_the_first_seam_and_counting_the_r
 
     labels = (
         "sglang.srt.distributed.utils.get_pp_indices",
-        "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator."
-        "_calculate_mamba_ratio",
+        "sglang.srt.model_executor.pool_configurator.create_memory_pool_configurator",
     )
     gone = [s for s in seams.SEAMS if s.label in labels]
     assert len(gone) == 2
     version = compat.sglang_version()
     tail = "`sglang-pd-lean doctor` lists what is missing"
 
-    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    monkeypatch.delattr(pool_configurator, "create_memory_pool_configurator")
     (one,) = [s for s in gone if s.label == labels[1]]
     with pytest.raises(CensusError) as raised:
         require_seams()

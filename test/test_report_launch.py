@@ -442,9 +442,9 @@ def test_a_platform_fact_the_report_cannot_answer_is_one_line(monkeypatch):
 def test_a_report_seam_sglang_lacks_is_one_line_naming_it_and_doctor(
     road, qwen3_next, capsys, monkeypatch
 ):
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor import pool_configurator
 
-    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    monkeypatch.delattr(pool_configurator, "create_memory_pool_configurator")
     args = (
         ["--weights-gib", "40", "--", "--model-path", qwen3_next, *NEXTN]
         if road == "launch flags"
@@ -453,28 +453,27 @@ def test_a_report_seam_sglang_lacks_is_one_line_naming_it_and_doctor(
     code, out, err = run(capsys, *args)
     assert code == 2 and out == "", err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert "KVCacheConfigurator._calculate_mamba_ratio" in err
+    assert "pool_configurator.create_memory_pool_configurator" in err
     assert "sglang-pd-lean doctor" in err
 
 
 def test_doctor_says_the_report_cannot_run_and_what_is_missing(capsys, monkeypatch):
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor import pool_configurator
 
     code = cli.main(["doctor", "--json"])
     assert code == 0 and json.loads(capsys.readouterr().out)["report_can_run"]
-    monkeypatch.delattr(KVCacheConfigurator, "_calculate_mamba_ratio")
+    monkeypatch.delattr(pool_configurator, "create_memory_pool_configurator")
     code = cli.main(["doctor", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert code == 1 and report["report_can_run"] is False
     assert [m["seam"] for m in report["missing_seams"]] == [
-        "sglang.srt.mem_cache.kv_cache_configurator."
-        "KVCacheConfigurator._calculate_mamba_ratio"
+        "sglang.srt.model_executor.pool_configurator.create_memory_pool_configurator"
     ]
     assert report["healthy"]  # the plugin itself is fine
     code = cli.main(["doctor"])
     out = capsys.readouterr().out
     assert code == 1 and "report: cannot run on this SGLang" in out
-    assert "_calculate_mamba_ratio" in out
+    assert "create_memory_pool_configurator" in out
 
 
 def test_a_help_flag_among_the_launch_flags_is_not_sglangs_help(capsys):

@@ -282,13 +282,8 @@ SEAMS: tuple[Seam, ...] = (
     _s(f"{_RC}.get_context", Part.REPORT, "publishes a role"),
     _s(f"{_RC}.get_parallel", Part.REPORT, "the attention-TP layout of rank 0"),
     _s(f"{_RC}.ParallelContext.override", Part.REPORT, "the TP layout of rank 0"),
-    *(  # 0.5.14-0.5.15.post1's census (census/older.py)
-        _s(path, Part.REPORT, why, until=15)
-        for path, why in (
-            (f"{_PS}._ATTN_TP", "the attention-TP width"),
-            (f"{_SPEC}.dflash_utils.parse_dflash_draft_config", "DFLASH draft"),
-        )
-    ),
+    _s(f"{_PS}._ATTN_TP", Part.REPORT, "the attention-TP width (census/older.py)"),
+    _s(f"{_SPEC}.dflash_utils.parse_dflash_draft_config", Part.REPORT, "DFLASH"),
     # Sizing and the request pool: the configurator's, else the model runner's.
     *(
         _s((f"{_KVC}{kvc}", f"{MIXIN}{mixin}"), Part.REPORT, why)

@@ -65,6 +65,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_port() -> int:
+    """A free port for a server: 0.5.15 derives its gRPC port as this one plus
+    10,000 and refuses a launch where that passes 65,535."""
+    while True:
+        port = free_port()
+        if port + 10000 <= 65535:
+            return port
+
+
 def stop(process: subprocess.Popen, grace: float = 30.0) -> None:
     """SIGTERM ``process`` (a helper the test started: a router, Prometheus), then
     SIGKILL after ``grace`` seconds; returns once it has exited."""
@@ -91,7 +100,7 @@ class Server:
         env: dict[str, str] | None = None,
         startup_timeout: float = 240.0,
     ) -> None:
-        self.port = free_port()
+        self.port = server_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.startup_timeout = startup_timeout
         self.log_path = os.path.join(workdir, f"server-{self.port}.log")
