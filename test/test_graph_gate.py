@@ -1,9 +1,12 @@
 """Graph gate: a PD-prefill speculative target captures no target-verify graph.
 
-Calls the real ``cuda_graph_setup.capture_decode_graph``. The model runner is a
-namespace with the fields that function reads (a real ModelRunner needs a GPU and
-weights). The first device call (``get_available_gpu_memory``) is replaced by a
-sentinel: a worker that reaches it was on its way to capture.
+Calls the real decode graph capture: ``cuda_graph_setup.capture_decode_graph``
+(0.5.16+, the model runner by keyword), or ``ModelRunner.init_decode_cuda_graph``
+(0.5.14 and 0.5.15, the model runner as ``self``), each as upstream's own caller
+calls it. The model runner is a namespace with the fields that function reads (a
+real ModelRunner needs a GPU and weights). The first device call
+(``get_available_gpu_memory``) is replaced by a sentinel: a worker that reaches it
+was on its way to capture.
 
 Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
 the plugin registers no hook and the prefill-target cases compare upstream with
@@ -27,77 +30,134 @@ class ReachedDevice(Exception):
     pass
 
 
+def capture_module():
+    """The module whose code captures the decode graph: 0.5.16+'s
+    ``cuda_graph_setup``, else (0.5.14, 0.5.15) ``model_runner``, whose
+    ``ModelRunner.init_decode_cuda_graph`` does it."""
+    try:
+        from sglang.srt.model_executor.model_runner_components import (
+            cuda_graph_setup,
+        )
+    except ImportError:  # 0.5.14 and 0.5.15: no model_runner_components package
+        from sglang.srt.model_executor import model_runner
+
+        return model_runner
+    return cuda_graph_setup
+
+
+def capture_by_method() -> bool:
+    """Whether this SGLang captures in the ``ModelRunner`` method (0.5.14, 0.5.15)."""
+    return not hasattr(capture_module(), "capture_decode_graph")
+
+
+def call_capture(fn, runner):
+    """``fn`` (upstream's capture, or the hook around it) on ``runner``, called as
+    upstream's own caller calls it on this release."""
+    return fn(runner) if capture_by_method() else fn(model_runner=runner)
+
+
+def captured(fn, runner):
+    """The graph runner ``fn`` (upstream's capture, or the hook around it) left for
+    ``runner``: ``None`` where it captured none."""
+    if capture_by_method():
+        fn(runner)
+        return runner.decode_cuda_graph_runner
+    return fn(model_runner=runner).runner
+
+
+def upstream_capture(runner):
+    """Upstream's capture on ``runner``, through the plugin's hook where it
+    registered one (as SGLang calls it)."""
+    module = capture_module()
+    if capture_by_method():
+        return captured(module.ModelRunner.init_decode_cuda_graph, runner)
+    return captured(module.capture_decode_graph, runner)
+
+
 @pytest.fixture
 def device_sentinel(monkeypatch):
-    from sglang.srt.model_executor.model_runner_components import cuda_graph_setup
+    module = capture_module()
 
     def first_device_call(*args, **kwargs):
         raise ReachedDevice
 
-    monkeypatch.setattr(cuda_graph_setup, "get_available_gpu_memory", first_device_call)
-    return cuda_graph_setup
+    monkeypatch.setattr(module, "get_available_gpu_memory", first_device_call)
+    return module
 
 
-def capture(cuda_graph_setup, role: str, *, speculative: bool, is_draft_worker: bool):
+def capture(role: str, *, speculative: bool, is_draft_worker: bool):
     inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, role, speculative=speculative)
     with census.published(**fields) as server_args:
         runner = stand_in_model_runner(
             server_args, fields, is_draft_worker=is_draft_worker
         )
-        return cuda_graph_setup.capture_decode_graph(model_runner=runner)
+        return upstream_capture(runner)
 
 
 def test_prefill_target_captures_no_verify_graph(device_sentinel):
-    result = capture(
-        device_sentinel, "prefill", speculative=True, is_draft_worker=False
-    )
     # The device sentinel is the check: a worker on its way to capture raises it.
-    assert result.runner is None
+    assert capture("prefill", speculative=True, is_draft_worker=False) is None
 
 
 @pytest.mark.parametrize("role", ["decode", "null"])
 def test_decode_and_null_targets_go_on_to_capture(device_sentinel, role):
     with pytest.raises(ReachedDevice):
-        capture(device_sentinel, role, speculative=True, is_draft_worker=False)
+        capture(role, speculative=True, is_draft_worker=False)
 
 
 def test_prefill_draft_worker_goes_on_to_capture(device_sentinel):
     with pytest.raises(ReachedDevice):
-        capture(device_sentinel, "prefill", speculative=True, is_draft_worker=True)
+        capture("prefill", speculative=True, is_draft_worker=True)
 
 
 def test_prefill_without_speculative_decoding_goes_on_to_capture(device_sentinel):
     with pytest.raises(ReachedDevice):
-        capture(device_sentinel, "prefill", speculative=False, is_draft_worker=False)
+        capture("prefill", speculative=False, is_draft_worker=False)
 
 
 def test_graph_hook_on_a_runner_upstream_can_use_without_server_args(unhooked, outcome):
     """Upstream returns its no-capture result for a non-generation model before it
-    reads ``server_args``; the hook must give that same result, not an error."""
+    reads ``server_args``; the hook must give that same result, not an error, and
+    leave the runner as upstream leaves it (0.5.14 and 0.5.15 set its graph runner
+    fields before they return)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    runner = types.SimpleNamespace(
-        is_draft_worker=False,
-        spec_algorithm=SpeculativeAlgorithm.EAGLE,
-        is_generation=False,
-    )
+    def runner():
+        return types.SimpleNamespace(
+            is_draft_worker=False,
+            spec_algorithm=SpeculativeAlgorithm.EAGLE,
+            is_generation=False,
+        )
+
     original = unhooked(graph.GATE)
-    assert outcome(lambda: graph.GATE.around(original, model_runner=runner)) == (
-        outcome(lambda: original(model_runner=runner))
-    )
+    hooked_runner, upstream_runner = runner(), runner()
+    hooked = outcome(lambda: call_capture(around(original), hooked_runner))
+    assert hooked == outcome(lambda: call_capture(original, upstream_runner))
+    assert vars(hooked_runner) == vars(upstream_runner)
+
+
+def around(original):
+    """The graph gate's hook around upstream's ``original``."""
+    return lambda *args, **kwargs: graph.GATE.around(original, *args, **kwargs)
 
 
 def test_a_positional_call_fails_as_upstream_fails(unhooked, outcome):
-    """Upstream takes the model runner by keyword only: called positionally for a
-    prefill target, the hook raises upstream's own error instead of acting."""
+    """A call upstream's signature refuses (0.5.16+: the model runner positionally,
+    as upstream takes it by keyword only; 0.5.14 and 0.5.15: by keyword, as
+    upstream's method takes it as ``self``): for a prefill target, the hook raises
+    upstream's own error instead of acting."""
     inputs = Inputs(model="qwen3-next-80b-a3b")
     fields = server_fields(inputs, "prefill")
     original = unhooked(graph.GATE)
+
+    def refused(fn, runner):
+        return fn(model_runner=runner) if capture_by_method() else fn(runner)
+
     with census.published(**fields) as server_args:
         runner = stand_in_model_runner(server_args, fields, is_draft_worker=False)
-        hooked = outcome(lambda: graph.GATE.around(original, runner))
-        expected = outcome(lambda: original(runner))
+        hooked = outcome(lambda: refused(around(original), runner))
+        expected = outcome(lambda: refused(original, runner))
     assert expected[:2] == ("raised", "TypeError")
     assert hooked == expected
 
@@ -116,10 +176,8 @@ def test_the_operator_reads_once_that_the_verify_graph_was_not_captured(
     with census.published(**fields) as server_args:
         runner = stand_in_model_runner(server_args, fields, is_draft_worker=False)
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-            results = [
-                graph.GATE.around(original, model_runner=runner) for _ in range(2)
-            ]
-    assert [result.runner for result in results] == [None, None]
+            results = [captured(around(original), runner) for _ in range(2)]
+    assert results == [None, None]
     assert record.snapshot()["gates"]["graph"] == "acted"
     ours = [r for r in caplog.records if r.name.startswith("sglang_pd_lean")]
     assert [(r.levelno, r.getMessage()) for r in ours] == [

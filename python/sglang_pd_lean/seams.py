@@ -340,9 +340,9 @@ SEAMS: tuple[Seam, ...] = (
     _s(f"{_RC}.SpawnRanks", Part.WEIGHTS, "publishes the launch for rank 0", since=21),
     _s(f"{_RC}.publish", Part.WEIGHTS, "publishes the launch for rank 0", since=17),
     _s(
-        f"{_RC}.RuntimeContext.set_server_args",
+        "sglang.srt.server_args.set_global_server_args_for_scheduler",
         Part.WEIGHTS,
-        "publishes the launch for rank 0 (0.5.16)",
+        "publishes the launch for rank 0 (0.5.14 to 0.5.16)",
     ),
     _s(
         "sglang.srt.layers.moe.initialize_moe_config",

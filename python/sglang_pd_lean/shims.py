@@ -148,8 +148,8 @@ def accepts(function: Any, *names: str) -> bool:
 
 def publish_rank0(server_args: Any) -> None:
     """Publish the launch as SGLang's scheduler does for rank 0 (0.5.21+:
-    ``publish(ranks=SpawnRanks)``; 0.5.17 to 0.5.20: ``publish``; 0.5.16: the model
-    runner's slot in the context), then SGLang's MoE config (0.5.19+ read it from the
+    ``publish(ranks=SpawnRanks)``; 0.5.17 to 0.5.20: ``publish``; 0.5.14 to 0.5.16:
+    the legacy ``set_global_server_args_for_scheduler``), then SGLang's MoE config (0.5.19+ read it from the
     published launch, older releases from their argument). Every supported release
     has both; ``seams`` lists them for the weights build, which does not start
     without them."""
@@ -160,8 +160,10 @@ def publish_rank0(server_args: Any) -> None:
         )
     elif hasattr(module, "publish"):
         module.publish(server_args, role="scheduler")
-    else:
-        module.get_context().set_server_args(server_args)
+    else:  # 0.5.14 to 0.5.16: the legacy publish (0.5.15+: into the context)
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(server_args)
     from sglang.srt.layers.moe import initialize_moe_config
 
     if not inspect.signature(initialize_moe_config).parameters:

@@ -259,12 +259,19 @@ def _draft_config(server_args, model_config):
     algorithm = SpeculativeAlgorithm.from_string(source.speculative_algorithm)
     if not has_draft_model(algorithm):
         return None
+    # 0.5.15+ give the draft the target's context length; 0.5.14's draft config
+    # takes the launch's (its from_server_args has no such parameter).
+    target = (
+        dict(context_length=model_config.context_len)
+        if accepts(ModelConfig.from_server_args, "context_length")
+        else {}
+    )
     return ModelConfig.from_server_args(
         server_args,
         model_path=getattr(source, "speculative_draft_model_path", None),
         model_revision=getattr(source, "speculative_draft_model_revision", None),
         is_draft_model=True,
-        context_length=model_config.context_len,
+        **target,
     )
 
 

@@ -95,13 +95,19 @@ def published(context: Any, fields: dict[str, Any]) -> Iterator[Any]:
     server_args = module.ServerArgs(model_path="dummy")  # SGLang's bare instance
     for name, value in fields.items():
         object.__setattr__(server_args, name, value)
-    saved = context._server_args
+    # The slot: the context's (0.5.15), else the module's global (0.5.14).
+    holder, slot = (
+        (context, "_server_args")
+        if hasattr(type(context), "set_server_args")
+        else (module, "_global_server_args")
+    )
+    saved = getattr(holder, slot)
     module.set_global_server_args_for_scheduler(server_args)
     try:
         yield server_args
     finally:
         if saved is None:
-            context._server_args = None
+            setattr(holder, slot, None)
         else:
             module.set_global_server_args_for_scheduler(saved)
 

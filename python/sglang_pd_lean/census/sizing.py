@@ -5,7 +5,8 @@ request slots, from the ``total_rest_memory`` its mamba sizing receives.
     sized.fits, sized.kv_tokens, sized.reason  # a census.results.Sizing
 
 Upstream's own functions run in upstream's order (``_handle_max_mamba_cache``,
-``config_from_budget``, ``resolve_max_num_reqs``, ``finalize_with_max_running_requests``);
+``config_from_budget``, ``resolve_max_num_reqs``, ``finalize_with_max_running_requests``
+where the release has it: 0.5.15+);
 where SGLang would stop the server the result says so with SGLang's reason.
 """
 
@@ -52,9 +53,9 @@ def size_budget(conf, available_gib: float, server_args) -> Sizing:
         config.max_running_requests = conf.resolve_max_num_reqs(
             config.max_total_num_tokens
         )
-        config = create_memory_pool_configurator(
-            conf
-        ).finalize_with_max_running_requests(config)
+        sizes = create_memory_pool_configurator(conf)
+        if hasattr(sizes, "finalize_with_max_running_requests"):  # 0.5.15+
+            config = sizes.finalize_with_max_running_requests(config)
     except (RuntimeError, ValueError, AssertionError) as exc:
         return Sizing(
             fits=False,
