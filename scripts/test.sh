@@ -10,12 +10,15 @@
 #   SGLANG_PD_LEAN_E2E_VERSIONS=0.5.23              where the e2e servers run
 #   SGLANG_PD_LEAN_JOBS=2                           unit suites run this many at a
 #                                                   time once no server runs
-#   SGLANG_PD_LEAN_FULL_VERSIONS=0.5.23             where the command-line tests run
-# The command-line tests (tables, JSON, signals, charts, `check`: the files in
-# `presentation` below) run on each behaviour line's newest release: 0.5.17 (the
+#   SGLANG_PD_LEAN_FULL_VERSIONS=0.5.23             where the whole unit suite runs
+#   SGLANG_PD_LEAN_LEDGER_VERSIONS=0.5.15.post1     e2e releases that run the ledger only
+# Each behaviour line's newest release runs the whole suite: 0.5.15.post1 (0.5.14 to
+# 0.5.15.post1: the plugin does everything, sizing on the model runner), 0.5.17 (the
 # plugin does everything), 0.5.21 (SGLang skips the verify state), 0.5.23 (and its
-# budget). Every release runs the rest: the gates, seams, doctor, audit, report and
-# census tests, and the documentation's commands (docs/testing.md).
+# budget). The other releases run the gates, seams, doctor, audit, report and census
+# tests: not the command-line tests (tables, JSON, signals, charts, `check`: the
+# files in `presentation` below) nor those of what no release changes
+# (`release_independent`) (docs/testing.md).
 # First every venv is set up, one after another (the editable install writes into
 # this checkout). Then two lanes run side by side:
 # - servers: test/e2e on each e2e release, one release at a time, its output shown as
@@ -26,13 +29,22 @@
 #   output is shown whole when it ends.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all="0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
+all="0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
 versions="${SGLANG_VERSIONS:-$all}"
-e2e_versions=" ${SGLANG_PD_LEAN_E2E_VERSIONS:-0.5.17 0.5.23} "
+e2e_versions=" ${SGLANG_PD_LEAN_E2E_VERSIONS:-0.5.15.post1 0.5.17 0.5.23} "
 jobs="${SGLANG_PD_LEAN_JOBS:-2}"
-full_versions=" ${SGLANG_PD_LEAN_FULL_VERSIONS:-0.5.17 0.5.21 0.5.23} "
+full_versions=" ${SGLANG_PD_LEAN_FULL_VERSIONS:-0.5.15.post1 0.5.17 0.5.21 0.5.23} "
 presentation=(test_cli.py test_cli_edges.py test_check.py test_check_router.py
   test_served.py test_chart.py test_table.py test_json_schema.py)
+# Tests of what no release changes: the package's own layout and docs, its
+# benchmarks, its start-up cost, its /metrics and the monitoring files.
+release_independent=(test_startup_cost.py test_benchmarks.py test_doc_commands.py
+  test_docs.py test_package_layout.py test_monitoring.py test_metrics.py)
+# The servers: all of test/e2e on the newest e2e release; on the other e2e releases
+# all but the fleet's `check` and the monitoring files; on the ledger releases only
+# the start-up allocation ledger.
+ledger_versions=" ${SGLANG_PD_LEAN_LEDGER_VERSIONS:-0.5.15.post1} "
+e2e_fleet=(test_e2e_check.py test_e2e_monitoring_files.py)
 # None of the releases asked for is a line's newest: the last one asked runs them.
 full_asked=0
 for version in $versions; do
@@ -52,6 +64,7 @@ for version in $versions; do
     servers+=("$version")
   fi
 done
+newest_e2e="${servers[${#servers[@]}-1]:-}"
 
 # The checkout each venv had installed editable before this run (set-up and the
 # wrapper's doc tests install this one): put back at the end, so that running the
@@ -106,9 +119,18 @@ run_pytest() {
   shift 2
   local scope=(--ignore=test/e2e) name
   if [[ "$full_versions" != *" $version "* ]]; then
-    for name in "${presentation[@]}"; do scope+=("--ignore=test/$name"); done
+    for name in "${presentation[@]}" "${release_independent[@]}"; do
+      scope+=("--ignore=test/$name")
+    done
   fi
-  [ "$lane" = servers ] && scope=(test/e2e)
+  if [ "$lane" = servers ]; then
+    scope=(test/e2e)
+    if [[ "$ledger_versions" == *" $version "* ]]; then
+      scope=(test/e2e/test_e2e_ledger.py)
+    elif [ "$version" != "$newest_e2e" ]; then
+      for name in "${e2e_fleet[@]}"; do scope+=("--ignore=test/e2e/$name"); done
+    fi
+  fi
   echo "=== SGLang $version: pytest, $lane"
   local rc=0
   (cd "$here" && "${venv_of[$version]}/bin/python" -m pytest -q -p no:cacheprovider \

@@ -152,6 +152,9 @@ def fields_for(case: Case, role: str, graphs: str | None = None, **extra) -> dic
         speculative_num_draft_tokens=DRAFT_TOKENS,
         speculative_num_steps=DRAFT_TOKENS - 1,
         cuda_graph_config=cuda_graphs(graphs or case.graphs),
+        # The legacy flag of every phase off, which SGLang resolves into the config
+        # above (0.5.15's DFLASH worker reads the flag itself).
+        disable_cuda_graph=(graphs or case.graphs) == "off",
         **dict(case.extra),
         **extra,
     )
@@ -206,15 +209,28 @@ def stand_ins(monkeypatch, case: Case) -> None:
         runners = importlib.import_module(f"{_SPEC}.frozen_kv_mtp_cuda_graph_runner")
         monkeypatch.setattr(runners, "FrozenKVMTPCudaGraphRunner", frozen_kv_runner)
     if case.gate is multi_layer_graph:
-        for name in dir(module):
-            if name.startswith(("MultiLayerEagle", "OneGraphMultiLayerEagle")) and (
-                name.endswith("GraphRunner")
-            ):
-                monkeypatch.setattr(module, name, reached)
+        multi_layer_runners(monkeypatch, module, reached)
     if case.gate is dflash_graph:
         for name in ("draft_pp_context", "draft_tp_context"):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, null_context)
+
+
+def multi_layer_runners(monkeypatch, module, reached) -> None:
+    """The multi-layer draft-extend runners upstream's worker builds: where a runner
+    captures in ``_init_and_capture``, only that is stood in for, so its own
+    constructor reads the worker first, as upstream's does (0.5.14 and 0.5.15 read
+    ``gpu_id`` there, not in the worker's method); any other runner, whole."""
+    for name in dir(module):
+        if not name.startswith(("MultiLayerEagle", "OneGraphMultiLayerEagle")):
+            continue
+        runner = getattr(module, name)
+        if not name.endswith("GraphRunner"):
+            continue
+        if isinstance(runner, type) and hasattr(runner, "_init_and_capture"):
+            monkeypatch.setattr(runner, "_init_and_capture", reached)
+        else:
+            monkeypatch.setattr(module, name, reached)
 
 
 def worker_for(case: Case, server_args):
@@ -245,6 +261,7 @@ def worker_for(case: Case, server_args):
             supports_draft_extend_metadata_staging=False,
         )
         values["draft_runner_list"] = [types.SimpleNamespace(attn_backend=backend)]
+        values["draft_extend_attn_backend_list"] = [backend]
     if case.gate is dflash_graph:
         draft = DraftModelWorker()
         values.update(

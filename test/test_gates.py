@@ -32,6 +32,28 @@ from sglang_pd_lean.upstream import resolve
 MODEL = "qwen3-next-80b-a3b"
 
 
+def graph_capture_is_a_method() -> bool:
+    """Whether this SGLang captures the decode graph in the method
+    ``ModelRunner.init_decode_cuda_graph`` (0.5.14, 0.5.15: the model runner as
+    ``self``) rather than in 0.5.16+'s ``cuda_graph_setup.capture_decode_graph``
+    (the model runner by keyword)."""
+    try:
+        from sglang.srt.model_executor.model_runner_components import (
+            cuda_graph_setup,
+        )
+    except ImportError:  # 0.5.14 and 0.5.15: no model_runner_components package
+        return True
+    return not hasattr(cuda_graph_setup, "capture_decode_graph")
+
+
+def call_graph_capture(fn, model_runner):
+    """``fn`` (the graph gate's upstream, or its hook) called on ``model_runner``
+    as upstream's own caller calls it on this release."""
+    if graph_capture_is_a_method():
+        return fn(model_runner)
+    return fn(model_runner=model_runner)
+
+
 # --- the contract -------------------------------------------------------------
 
 
@@ -100,6 +122,7 @@ def test_a_gate_with_nothing_to_hook_registers_no_hook():
         # Each owner has none of the fields the predicate reads.
         (graph, lambda fn, o: fn(o, model_runner=types.SimpleNamespace())),
         (graph, lambda fn, o: fn(o)),
+        (graph, lambda fn, o: fn(o, types.SimpleNamespace())),
         (warmup, lambda fn, o: fn(o, types.SimpleNamespace(), 4)),
         (warmup, lambda fn, o: fn(o, object())),
         (autotune, lambda fn, o: fn(o, types.SimpleNamespace())),
@@ -188,7 +211,8 @@ def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
     with census.published(**fields) as server_args:
         owner = prefill_target_owner(server_args, fields, gate)
         if gate is graph:
-            gate.GATE.hooks()[0].fn(upstream, model_runner=owner)
+            hook = gate.GATE.hooks()[0].fn
+            call_graph_capture(lambda *a, **k: hook(upstream, *a, **k), owner)
         else:
             gate.GATE.hooks()[0].fn(upstream, owner)
     assert record.snapshot()["gates"][gate.GATE.name] == record.Outcome.ACTED
@@ -227,16 +251,23 @@ def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
     inputs = Inputs(model=MODEL)
     fields = server_fields(inputs, "prefill")
     original = unhooked(graph.GATE)
+    def hooked(*args, **kwargs):
+        return graph.GATE.around(original, *args, **kwargs)
+
     with census.published(**fields) as server_args:
-        runner = stand_in_model_runner(
-            server_args, fields, is_draft_worker=False, is_generation=False
+        upstream_runner, runner = (
+            stand_in_model_runner(
+                server_args, fields, is_draft_worker=False, is_generation=False
+            )
+            for _ in range(2)
         )
-        expected = outcome(lambda: original(model_runner=runner))
+        expected = outcome(lambda: call_graph_capture(original, upstream_runner))
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
             results = [
-                outcome(lambda: graph.GATE.around(original, model_runner=runner))
-                for _ in range(2)
+                outcome(lambda: call_graph_capture(hooked, runner)) for _ in range(2)
             ]
+    # Left as upstream leaves it (0.5.14, 0.5.15: its graph runner fields set).
+    assert fields_of(runner) == fields_of(upstream_runner)
     assert results == [expected, expected]
     snapshot = record.snapshot()
     assert snapshot["gates"]["graph"] == record.Outcome.STEPPED_ASIDE
@@ -253,6 +284,11 @@ def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
             "graph here"
         )
     )
+
+
+def fields_of(model_runner) -> dict:
+    """A stand-in model runner's fields, less its methods (one lambda per runner)."""
+    return {k: v for k, v in vars(model_runner).items() if not callable(v)}
 
 
 def test_a_gate_whose_candidates_are_all_gone_names_each_and_the_last_error():

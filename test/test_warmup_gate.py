@@ -2,8 +2,10 @@
 
 Calls the real ``BaseRunner._dummy_run`` on CPU tensors. The model runner is a
 namespace with the fields that function reads; the first call after upstream has
-built the dummy ForwardBatch (``prepare_dummy_forward_batch``, or 0.5.23's
-``kv_index_translator.bind_runner_slots``) hands the batch back through a sentinel, so the test reads the mode and token count upstream chose.
+built the dummy ForwardBatch (``prepare_dummy_forward_batch``, 0.5.23's
+``kv_index_translator.bind_runner_slots``, or 0.5.14/0.5.15's
+``attn_backend.init_forward_metadata``) hands the batch back through a sentinel, so
+the test reads the mode and token count upstream chose.
 
 Where the installed SGLang does this gate's job itself (``conftest.NATIVE_FROM``),
 the plugin registers no hook and the prefill-target cases compare upstream with
@@ -71,6 +73,14 @@ def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
         # 0.5.23 binds KV slots right after building the batch: the same sentinel.
         kv_index_translator=types.SimpleNamespace(
             bind_runner_slots=prepare_dummy_forward_batch
+        ),
+        # 0.5.14 and 0.5.15 have no prepare_dummy_forward_batch: the batch goes
+        # straight to the attention backend, the same sentinel. They read the
+        # backend's fill value on every mode (0.5.16+ on EXTEND only); FlashInfer
+        # and the Triton backend answer 1.
+        attn_backend=types.SimpleNamespace(
+            get_cuda_graph_seq_len_fill_value=lambda: 1,
+            init_forward_metadata=prepare_dummy_forward_batch,
         ),
     )
 

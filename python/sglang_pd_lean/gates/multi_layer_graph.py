@@ -3,7 +3,7 @@ captures no draft-extend CUDA graphs.
 
 Hooks (AROUND) ``MultiLayerEagleDraftWorker._capture_cuda_graphs`` in
 ``sglang/srt/speculative/multi_layer_eagle_worker_v2.py`` (EAGLE, EAGLE3 or NEXTN
-with ``--enable-multi-layer-eagle``), SGLang 0.5.16 to 0.5.23. This worker drafts
+with ``--enable-multi-layer-eagle``), SGLang 0.5.14 to 0.5.23. This worker drafts
 inside its multi-step draft-extend graphs (``MultiLayerEagle...DraftExtend...
 GraphRunner``), which replay only in the draft extend that follows a target verify
 (its draft extend after a prefill runs eager); it has no separate draft decode graph
@@ -13,8 +13,9 @@ also on a prefill server, and never replays them there.
 
 When the server's target cannot verify, the hook lets upstream run on a view of the
 draft worker on which two attributes are tripwires: ``gpu_id``, read (0.5.17+) only
-to measure memory right before the capture, and ``draft_runner_list``, the first
-thing 0.5.16 reads once past its early returns. Upstream first sets both runners to
+to measure memory right before the capture, and on 0.5.14 and 0.5.15 by the
+multi-step runner's constructor before it captures, and ``draft_runner_list``, the
+first thing 0.5.16 reads once past its early returns. Upstream first sets both runners to
 None (on the worker: the view writes through), then takes its own early returns (CPU
 engine, no decode graph backend, ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``): the
 gate steps aside with upstream's result. A tripped wire leaves the worker as those
