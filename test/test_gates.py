@@ -251,6 +251,7 @@ def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
     inputs = Inputs(model=MODEL)
     fields = server_fields(inputs, "prefill")
     original = unhooked(graph.GATE)
+
     def hooked(*args, **kwargs):
         return graph.GATE.around(original, *args, **kwargs)
 

@@ -56,6 +56,16 @@ def buffers(max_bs: int, max_tokens: int):
     )
 
 
+def attention_backend(batch_built):
+    """SGLang's Triton attention backend, unset up (its fill value needs no
+    device), whose ``init_forward_metadata`` is ``batch_built``."""
+    from sglang.srt.layers.attention.triton_backend import TritonAttnBackend
+
+    backend = object.__new__(TritonAttnBackend)
+    backend.init_forward_metadata = batch_built
+    return backend
+
+
 def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
     def prepare_dummy_forward_batch(forward_batch):
         raise BatchBuilt(forward_batch)
@@ -75,13 +85,9 @@ def model_runner(server_args, fields: dict, *, is_draft_worker: bool):
             bind_runner_slots=prepare_dummy_forward_batch
         ),
         # 0.5.14 and 0.5.15 have no prepare_dummy_forward_batch: the batch goes
-        # straight to the attention backend, the same sentinel. They read the
-        # backend's fill value on every mode (0.5.16+ on EXTEND only); FlashInfer
-        # and the Triton backend answer 1.
-        attn_backend=types.SimpleNamespace(
-            get_cuda_graph_seq_len_fill_value=lambda: 1,
-            init_forward_metadata=prepare_dummy_forward_batch,
-        ),
+        # straight to the attention backend, the same sentinel (they read the
+        # backend's seq-len fill value on every mode, 0.5.16+ on EXTEND only).
+        attn_backend=attention_backend(prepare_dummy_forward_batch),
     )
 
 

@@ -2,13 +2,15 @@
 
 Hooks (AROUND) ``EagerRunner._autotune_buffers`` in
 ``sglang/srt/model_executor/runner/eager_runner.py``. Upstream sizes the FlashInfer
-autotune dummy-decode buffers ``max batch x decode_num_tokens_per_req()`` on any
-speculative target, on every release 0.5.16 to 0.5.23, although a prefill target's
-warmup forward runs in DECODE with one token per request (upstream 0.5.18+, or the
-warmup gate). On a worker that cannot verify, the hook runs upstream's sizing with
-the model runner's ``spec_algorithm`` set to NONE for the call, so upstream
+autotune dummy-decode buffers ``max batch x decode_num_tokens_per_req()`` (0.5.14
+and 0.5.15: the spec algorithm's ``get_num_tokens_per_bs_for_target_verify``) on
+any speculative target, on every release 0.5.14 to 0.5.23, although a prefill
+target's warmup forward runs in DECODE with one token per request (upstream 0.5.18+,
+or the warmup gate). On a worker that cannot verify, the hook runs upstream's sizing
+with the model runner's ``spec_algorithm`` set to NONE for the call, so upstream
 allocates ``max batch x 1``; where upstream's own ``decode_num_tokens_per_req()``
-is already 1 there is nothing to remove and the gate steps aside. Leaves alone: the
+is already 1 there is nothing to remove and the gate steps aside (0.5.14 and 0.5.15
+have no such method: the gate acts). Leaves alone: the
 eager input registry (sized for prefill anyway), the decode CUDA graph runner's
 buffers, and every worker that can verify.
 """

@@ -9,7 +9,7 @@ cannot verify, the hook runs upstream's ``_dummy_run`` with the model runner's
 ``spec_algorithm`` set to NONE for the call, so upstream picks DECODE with one token
 per request and builds a plain decode batch. Every call on such a worker is one
 upstream would have run in ``TARGET_VERIFY``, so the gate always acts when asked.
-Applies to SGLang 0.5.16 and 0.5.17; 0.5.18+ does this natively. Leaves alone:
+Applies to SGLang 0.5.14 to 0.5.17; 0.5.18+ does this natively. Leaves alone:
 draft workers (some algorithms verify with the draft), decode / null /
 non-speculative workers.
 """
