@@ -66,7 +66,15 @@ def expected() -> dict:
     per-request state bytes, the automatic split with and without the verify
     reservation, and the three choices' mamba slots, requests and KV bytes (0.5.16:
     without the padding slot, ``sizing_pad``)."""
-    from sglang.srt.mem_cache import kv_cache_configurator as kvc
+    import importlib
+
+    # The ratios' module: the configurator's, else (0.5.14-0.5.15.post1) the mixin's.
+    try:
+        kvc = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+    except ImportError:
+        kvc = importlib.import_module(
+            "sglang.srt.model_executor.model_runner_kv_cache_mixin"
+        )
 
     d = gdn_dims(load_config(MODEL), tp=TP)
     per_req = d["layers"] * (d["ssm"] + d["conv"])

@@ -77,6 +77,10 @@ def test_every_configurator_field_the_census_sets_has_a_named_source():
     """Each field of the installed release's KVCacheConfigurator is either named
     with where the census takes its value, or left at the configurator's own
     default: a field SGLang adds fails here until someone says where it comes from."""
+    from sglang_pd_lean.census import older
+
+    if not older.has_configurator():
+        pytest.skip("0.5.14-0.5.15.post1 size on the model runner (the test below)")
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
 
     fields = {f.name for f in dataclasses.fields(KVCacheConfigurator) if f.init}
@@ -90,6 +94,48 @@ def test_every_configurator_field_the_census_sets_has_a_named_source():
         and f.default_factory is dataclasses.MISSING
     }
     assert not (required & rank.DEFAULTED)
+
+
+def test_every_runner_attribute_the_older_sizing_reads_is_set():
+    """0.5.14 to 0.5.15.post1 size on the model runner: each attribute their sizing
+    methods read of it (``self.`` in the mixin's, ``mr.`` in the default pool
+    configurator's, read from their code) is one the census's runner sets, with its
+    source named, or one of SGLang's ``ModelRunner`` itself (a method, a property)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from sglang_pd_lean.census import older
+
+    if older.has_configurator():
+        pytest.skip("0.5.16+ size with a KVCacheConfigurator (the test above)")
+    from sglang.srt.model_executor import model_runner_kv_cache_mixin, pool_configurator
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    mixin = model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin
+    default = pool_configurator.DefaultPoolConfigurator
+    functions = {
+        "self": (
+            mixin.handle_max_mamba_cache,
+            mixin._calculate_mamba_ratio,
+            mixin._resolve_max_num_reqs,
+            mixin._apply_token_constraints,
+        ),
+        "mr": (default.__init__, default._compute_cell_size),
+    }
+    read = set()
+    for name, group in functions.items():
+        for function in group:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+            read |= {
+                node.attr
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == name
+            }
+    unset = {a for a in read if a not in older.RUNNER_ATTRIBUTES}
+    assert read and {a for a in unset if not hasattr(ModelRunner, a)} == set()
 
 
 def test_kimi_linears_kv_bytes_per_token_are_sglangs_mla_cell(tmp_path):
