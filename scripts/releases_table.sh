@@ -5,7 +5,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 versions=("$@")
-[ ${#versions[@]} -gt 0 ] || versions=(0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
+[ ${#versions[@]} -gt 0 ] || versions=(0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23)
 reports="$(mktemp -d)"
 trap 'rm -rf "$reports"' EXIT
 for version in "${versions[@]}"; do

@@ -12,7 +12,7 @@
 #                                                   time once no server runs
 #   SGLANG_PD_LEAN_FULL_VERSIONS=0.5.23             where the whole unit suite runs
 #   SGLANG_PD_LEAN_LEDGER_VERSIONS=0.5.15.post1     e2e releases that run the ledger only
-# Each behaviour line's newest release runs the whole suite: 0.5.15.post1 (0.5.14 to
+# Each behaviour line's newest release runs the whole suite: 0.5.15.post1 (0.5.15 and
 # 0.5.15.post1: the plugin does everything, sizing on the model runner), 0.5.17 (the
 # plugin does everything), 0.5.21 (SGLang skips the verify state), 0.5.23 (and its
 # budget). The other releases run the gates, seams, doctor, audit, report and census
@@ -29,7 +29,7 @@
 #   output is shown whole when it ends.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-all="0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
+all="0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23"
 versions="${SGLANG_VERSIONS:-$all}"
 e2e_versions=" ${SGLANG_PD_LEAN_E2E_VERSIONS:-0.5.15.post1 0.5.17 0.5.23} "
 jobs="${SGLANG_PD_LEAN_JOBS:-2}"

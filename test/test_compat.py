@@ -18,19 +18,18 @@ from sglang_pd_lean.upstream import missing_targets, resolve, source_of
 @pytest.mark.parametrize(
     "version,supported",
     [
-        ("0.5.14", True),
         ("0.5.15.post1", True),
         ("0.5.16", True),
         ("0.5.17.post1", True),
         ("0.5.23rc1", True),
-        ("0.5.13", False),
+        ("0.5.14", False),
         ("0.5.24", False),
         ("0.6.0", False),
         ("1.0", False),
         (None, False),
     ],
 )
-def test_supported_releases_are_0_5_14_to_0_5_23(version, supported):
+def test_supported_releases_are_0_5_15_to_0_5_23(version, supported):
     assert compat.is_supported(version) is supported
 
 
@@ -322,7 +321,7 @@ def test_a_missing_target_turns_off_its_gate_and_those_requiring_it(monkeypatch)
 
 # --- what the decision says where it registers nothing -------------------------
 
-SUPPORTED_RANGE = "(0.5.14 to 0.5.23)"  # doctor; README: "outside 0.5.16-0.5.23"
+SUPPORTED_RANGE = "(0.5.15 to 0.5.23)"  # doctor; README: "outside 0.5.16-0.5.23"
 
 
 @pytest.mark.parametrize("kill_switch", [None, "0"])

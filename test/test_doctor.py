@@ -278,9 +278,9 @@ def test_doctor_text_gives_the_release_and_each_gate_in_aligned_columns(capsys):
     code, out = doctor(capsys)
     lines = out.splitlines()
     low, high = compat.SUPPORTED[0], compat.SUPPORTED[-1]
-    assert report["supported_releases"] == ["0.5.14", "0.5.23"] == [low, high]
+    assert report["supported_releases"] == ["0.5.15", "0.5.23"] == [low, high]
     assert lines[0] == f"SGLang {compat.sglang_version()}"
-    assert lines[1] == "supported: yes (0.5.14 to 0.5.23)"
+    assert lines[1] == "supported: yes (0.5.15 to 0.5.23)"
     gates = report["gates"]
     width = max(len(g["state"]) for g in gates) + 2  # the widest state, 2 spaces
     names = max(13, *(len(g["name"]) + 2 for g in gates))  # 13, or widest + 2
@@ -322,7 +322,7 @@ def test_doctor_without_sglang_says_so_and_exits_1(monkeypatch, capsys):
     monkeypatch.setattr(compat, "sglang_version", lambda: None)
     code, out = doctor(capsys)
     assert code == 1
-    assert out == "SGLang: not installed (supported: 0.5.14 to 0.5.23)\n"
+    assert out == "SGLang: not installed (supported: 0.5.15 to 0.5.23)\n"
     code, out = doctor(capsys, "--json")
     report = json.loads(out)
     assert code == 1 and report["seams"] == [] and report["missing_seams"] == []

@@ -25,7 +25,7 @@ from sglang_pd_lean.gates import Gate, all_gates
 from sglang_pd_lean.hook import Hook
 from sglang_pd_lean.upstream import names_of
 
-SUPPORTED = tuple(f"0.5.{minor}" for minor in range(14, 24))
+SUPPORTED = tuple(f"0.5.{minor}" for minor in range(15, 24))
 KILL_SWITCH = "SGLANG_PD_LEAN"
 
 
