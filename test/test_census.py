@@ -348,6 +348,7 @@ def decode_buffer_bytes(mc, requests: int, tokens_per_request: int) -> int:
         seq_len_fill_value=1,
         encoder_len_fill_value=0,
         num_tokens_per_req=tokens_per_request,
+        num_tokens_per_bs=tokens_per_request,  # its name on 0.5.14 and 0.5.15
         cache_loc_dtype=torch.int64,
         enable_mamba_track=False,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import itertools
 import json
 import logging
@@ -27,6 +28,7 @@ from placeholder import Inputs, prepare
 from sglang_pd_lean import accounting, census, record
 from sglang_pd_lean.census import older
 from sglang_pd_lean.gates import pool
+from sglang_pd_lean.gates.base import temporarily
 from sglang_pd_lean.role import upstream_behaviour
 
 VERIFY_STATE = {"intermediate_ssm", "intermediate_conv_window"}
@@ -116,18 +118,42 @@ def test_decode_target_keeps_verify_state(model):
 # --- the gate's own hook, on every release ------------------------------------
 
 
-def pool_build(build, conf, requests: int):
+def pool_build(build, conf, requests: int, *, whole: bool = False):
     """The request pool ``build`` (the gate's target, hooked or not) makes for
     ``requests``: the configurator's ``_build_hybrid_req_pool`` returns it; the
     ``_init_pools`` of 0.5.14 to 0.5.15.post1 sets it on the runner, then goes on
-    to the KV pool, where the census's runner stops it."""
+    to the KV pool, where the census's runner stops it, or, ``whole``, builds the
+    KV pool too and returns, as on a server (a hook sees the call end)."""
     if not hasattr(conf, "build_pools"):
         return build(conf, max_num_reqs=requests, extra_max_context_len=4)
     conf.max_running_requests = requests
     conf.req_to_token_pool = None
+    if whole:
+        conf.max_total_num_tokens = KV_TOKENS
+        conf.token_to_kv_pool_allocator = None
+        with kv_pool_on_cpu(), temporarily(conf, _whole=True):
+            build(conf)
+        return conf.req_to_token_pool
     with contextlib.suppress(older.RequestPoolBuilt):
         build(conf)
     return conf.req_to_token_pool
+
+
+KV_TOKENS = 64  # the KV pool a whole _init_pools builds beside the request pool
+
+
+def kv_pool_on_cpu():
+    """A speculative server's KV pool tunes and launches a Triton copy kernel
+    once its buffers are allocated (``_init_kv_copy_and_warmup``), impossible on a
+    CPU: no copy config instead; no buffer changes."""
+    from sglang.srt.mem_cache import memory_pool
+
+    def no_copy_config(self) -> None:
+        self._kv_copy_config = None
+
+    return mock.patch.object(
+        memory_pool.MHATokenToKVPool, "_init_kv_copy_and_warmup", no_copy_config
+    )
 
 
 def test_pool_hook_on_a_configurator_without_is_draft_worker_builds_upstreams_pool(
@@ -157,12 +183,29 @@ def test_pool_gate_survives_a_mock_pool_constructor(configurator, caplog):
     stub = mock.Mock(name="pool")
     _, conf = configurator("prefill")
     with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-        result = pool.GATE.around(
-            lambda *a, **k: stub, conf, max_num_reqs=8, extra_max_context_len=4
-        )
+        if hasattr(conf, "build_pools"):  # 0.5.14-0.5.15.post1: in _init_pools
+            result = mocked_request_pool_in_init_pools(stub, conf)
+        else:
+            result = pool.GATE.around(
+                lambda *a, **k: stub, conf, max_num_reqs=8, extra_max_context_len=4
+            )
     assert result is stub
     lines = [r.getMessage() for r in caplog.records if "pool gate" in r.getMessage()]
     assert len(lines) == 1 and "verify state not allocated" in lines[0]
+
+
+def mocked_request_pool_in_init_pools(stub, conf):
+    """The request pool upstream's ``_init_pools`` builds, its class stubbed with a
+    Mock returning ``stub`` (then the KV pool: as a server, the call ends)."""
+    from sglang.srt.model_executor import model_runner_kv_cache_mixin as mixin
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    around = functools.partial(
+        pool.GATE.around, inspect.unwrap(mixin.ModelRunnerKVCacheMixin._init_pools)
+    )
+    with mock.patch.object(mixin, "HybridReqToTokenPool", mock.Mock(return_value=stub)):
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            return pool_build(around, conf, 8, whole=True)
 
 
 def acting_pool_build(configurator, unhooked, caplog, **inputs) -> tuple:
@@ -176,7 +219,7 @@ def acting_pool_build(configurator, unhooked, caplog, **inputs) -> tuple:
     with FakeTensorMode(allow_non_fake_inputs=True):
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
             around = functools.partial(pool.GATE.around, unhooked(pool.GATE))
-            built = pool_build(around, conf, requests)
+            built = pool_build(around, conf, requests, whole=True)
     lines = [r.getMessage() for r in caplog.records if "pool gate" in r.getMessage()]
     return built, lines, record.snapshot()
 
@@ -246,7 +289,7 @@ def test_sglangs_mamba_cache_line_is_logged_once_for_the_pool_kept(
         _, conf = configurator("prefill")
         with FakeTensorMode(allow_non_fake_inputs=True):
             with caplog.at_level(logging.INFO, logger=POOL_LOGGER):
-                build(conf, max_num_reqs=8, extra_max_context_len=4)
+                pool_build(build, conf, 8)
         return sum(MAMBA_LINE in r.getMessage() for r in caplog.records)
 
     original = unhooked(pool.GATE)

@@ -1,8 +1,9 @@
 """The pool gate's measuring build leaves no trace in the live process.
 
 To log and record the bytes it did not allocate, the pool gate runs upstream's
-``KVCacheConfigurator._build_hybrid_req_pool`` once more under ``FakeTensorMode``
-(SGLang's pool logger muted) before the build it keeps. These tests call the gate's
+``KVCacheConfigurator._build_hybrid_req_pool`` (on 0.5.14 to 0.5.15.post1, the
+``HybridReqToTokenPool`` that ``ModelRunnerKVCacheMixin._init_pools`` builds) once
+more under ``FakeTensorMode`` (SGLang's pool logger muted) before the build it keeps. These tests call the gate's
 hook around the *unhooked* upstream function for a prefill target (so the
 measuring build runs on every release: on 0.5.18+ it finds no verify state and the
 gate steps aside) and compare what that leaves behind with what upstream's own
@@ -183,7 +184,18 @@ class PluginShaped:
 
 
 def upstream_plugin_shaped_build(original, conf, **kwargs):
-    """Upstream's own build of the pool the gate keeps: no plugin code."""
+    """Upstream's own build of the pool the gate keeps: no plugin code. On 0.5.14
+    to 0.5.15.post1, whose ``_init_pools`` also reads the draft-token count for the
+    request rows' length, only ``HybridReqToTokenPool`` gets no draft tokens."""
+    if OLDER:
+        names = inspect.unwrap(original).__globals__
+        cls = names["HybridReqToTokenPool"]
+
+        def lean(**fields):
+            return cls(**{**fields, "speculative_num_draft_tokens": None})
+
+        with mock.patch.dict(names, {"HybridReqToTokenPool": lean}):
+            return original(conf, **kwargs)
     saved = conf.server_args
     conf.server_args = PluginShaped(saved)
     try:
@@ -197,25 +209,51 @@ def hooked_build(original, conf, **kwargs):
     return pool.GATE.around(original, conf, **kwargs)
 
 
-def upstream_original():
-    """Upstream's pool build without any hook applied."""
+def has_configurator() -> bool:
+    try:
+        from sglang.srt.mem_cache import kv_cache_configurator  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# 0.5.14 to 0.5.15.post1: no KVCacheConfigurator; the model runner's
+# ``_init_pools`` (ModelRunnerKVCacheMixin) builds the request pool, then the KV
+# pool, where the census's runner stops it.
+OLDER = not has_configurator()
+
+
+def hooked_target():
+    """(class, name) of the pool build the gate hooks on the installed SGLang."""
+    if OLDER:
+        from sglang.srt.model_executor.model_runner_kv_cache_mixin import (
+            ModelRunnerKVCacheMixin,
+        )
+
+        return ModelRunnerKVCacheMixin, "_init_pools"
     from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
 
-    return inspect.unwrap(KVCacheConfigurator._build_hybrid_req_pool)
+    return KVCacheConfigurator, "_build_hybrid_req_pool"
+
+
+def upstream_original():
+    """Upstream's pool build without any hook applied."""
+    owner, name = hooked_target()
+    return inspect.unwrap(getattr(owner, name))
 
 
 def build_request_pool(conf, build):
-    """Upstream's caller, ``_build_req_to_token_pool``, with ``build`` in place of
-    ``_build_hybrid_req_pool`` (it reads the ``server_args`` the hooked call reads,
-    and passes the extra context length it derived)."""
-    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
-
+    """Upstream's caller, ``_build_req_to_token_pool`` (on 0.5.14 to 0.5.15.post1
+    the census runner's, which calls ``_init_pools``), with ``build`` in place of
+    the hooked function (it reads the ``server_args`` the hooked call reads, and
+    passes the extra context length it derived)."""
     original = upstream_original()
+    owner, name = hooked_target()
 
     def in_place(configurator, **kwargs):
         return build(original, configurator, **kwargs)
 
-    with mock.patch.object(KVCacheConfigurator, "_build_hybrid_req_pool", in_place):
+    with mock.patch.object(owner, name, in_place):
         return conf._build_req_to_token_pool(max_num_reqs=REQUESTS)
 
 

@@ -2,7 +2,7 @@
 graph, and builds no sampling head folded into it.
 
 Hooks (AROUND) ``DFlashWorkerV2.init_cuda_graphs`` in
-``sglang/srt/speculative/dflash_worker_v2.py`` (DFLASH), SGLang 0.5.16 to 0.5.23.
+``sglang/srt/speculative/dflash_worker_v2.py`` (DFLASH), SGLang 0.5.14 to 0.5.23.
 Upstream decides there whether the draft model runner captures its decode graph
 (the block draft, which runs only in the decode / verify step) and hands the answer
 to the draft worker's own ``init_cuda_graphs(capture_decode_cuda_graph=...)``; when
@@ -19,6 +19,10 @@ worker: ``_maybe_build_draft_sampler``, which upstream calls only once it has
 decided to capture, notes that decision and builds nothing (as upstream's no-capture
 path, ``_draft_sampler`` stays None), and the draft worker's ``init_cuda_graphs`` is
 then asked with ``capture_decode_cuda_graph=False``: upstream's own no-capture call.
+(0.5.14 builds no folded sampler: there upstream's asking the draft worker for the
+decode graph is its decision, answered the same way.) 0.5.14 and 0.5.15 decide on
+the legacy ``disable_cuda_graph``, which SGLang sets on every PD prefill server: there
+upstream captures no decode graph and the gate steps aside.
 Where upstream decides not to capture, nothing is changed and the gate steps aside
 with upstream's result. Nothing here assumes a hybrid model or a mamba pool.
 
@@ -36,7 +40,8 @@ from sglang_pd_lean.gates.base import Acted, Call, Gate, ReadThrough, SteppedAsi
 
 class _DraftWorkerView:
     """``owner._draft_worker`` read when upstream reads it, whose
-    ``init_cuda_graphs`` captures no decode graph once ``decided`` is set."""
+    ``init_cuda_graphs`` captures no decode graph once ``decided`` is set, or once
+    upstream asks it for one (0.5.14 builds no folded sampler to note first)."""
 
     def __init__(self, owner: Any, decided: list) -> None:
         self._owner = owner
@@ -45,10 +50,14 @@ class _DraftWorkerView:
     def __getattr__(self, name: str) -> Any:
         draft_worker = self._owner._draft_worker
         value = getattr(draft_worker, name)
-        if name != "init_cuda_graphs" or not self._decided:
+        if name != "init_cuda_graphs":
             return value
 
         def without_decode_graph(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("capture_decode_cuda_graph", args[0] if args else False):
+                self._decided.append(True)
+            if not self._decided:  # upstream's own no-capture call, as it is
+                return value(*args, **kwargs)
             kwargs.pop("capture_decode_cuda_graph", None)
             return value(*args[1:], capture_decode_cuda_graph=False, **kwargs)
 
