@@ -262,7 +262,7 @@ def test_an_unsupported_release_is_named(capsys):
     server = result["servers"][0]
     assert server["ranks"][0]["plugin"] == "unsupported release"
     assert server["problems"] == [
-        "rank 0: SGLang 0.6.0 is not a release the plugin supports (0.5.16 to "
+        "rank 0: SGLang 0.6.0 is not a release the plugin supports (0.5.15 to "
         "0.5.23) and it has no plugin record"
     ]
 

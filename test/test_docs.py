@@ -140,7 +140,7 @@ def test_the_readme_first_screen_answers_release_cost_and_set_up():
     frees there, the cost (start-up, and the flag that keeps freed bytes as KV), and
     the two set-up commands."""
     first = README.read_text().split("\n## Install", 1)[0]
-    for release_line in ("0.5.16-0.5.17", "0.5.18-0.5.21", "0.5.22-0.5.23"):
+    for release_line in ("0.5.15-0.5.17", "0.5.18-0.5.21", "0.5.22-0.5.23"):
         assert f"| {release_line} |" in first
     assert "docs/performance.md" in first and "--max-mamba-cache-size" in first
     assert "\nscripts/sglang-pd-lean report --model " in first

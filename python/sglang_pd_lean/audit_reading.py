@@ -211,7 +211,11 @@ def _block_inputs(worker: str) -> Callable[[], tuple[bool, str]]:
 
     def check() -> tuple[bool, str]:
         name = worker.rpartition(".")[2]
+        builders = "build_block_pos_offsets and make_draft_block_spec_info"
         built = _called_unasked(f"{worker}.__init__", "build_block_pos_offsets")
+        if built is None:  # 0.5.14-0.5.15: inline, beside an empty DFlashVerifyInput
+            builders = "torch.arange and DFlashVerifyInput"
+            built = _called_unasked(f"{worker}.__init__", "DFlashVerifyInput")
         if built is None:
             return False, f"{name} builds no draft block offsets"
         if not built:
@@ -219,8 +223,7 @@ def _block_inputs(worker: str) -> Callable[[], tuple[bool, str]]:
         proposer = f"{_SPEC}.dspark_components.dspark_draft.DraftBlockProposer"
         noise = "dspark" in worker and _calls(f"{proposer}.__init__", "DraftNoise")
         return True, (
-            f"{name}.__init__: build_block_pos_offsets and "
-            "make_draft_block_spec_info, the draft block's position offsets "
+            f"{name}.__init__: {builders}, the draft block's position offsets "
             "(int64, one per block token) and an empty verify spec info"
             + (", and its block proposer's noise offset (one int64)" if noise else "")
             + ", read only by a decode step's draft block"
