@@ -14,7 +14,7 @@ draft-token count for the request rows' length, so there the gate changes only t
 name its code looks up for ``HybridReqToTokenPool``, for the call: a builder that
 constructs SGLang's class with the draft-token count None (the rows stay upstream's).
 Persistent conv/ssm state (handed to the decode server) is untouched. Applies to
-SGLang 0.5.14 to 0.5.17; 0.5.18+ does this natively.
+SGLang 0.5.15 to 0.5.17; 0.5.18+ does this natively.
 
 The bytes not allocated are measured, not re-derived: upstream's own build of the
 pool it would have made runs once more under ``FakeTensorMode`` (no memory, SGLang's
@@ -123,7 +123,9 @@ def _act_in_init_pools(call: Call) -> Acted | SteppedAside:
     cls = names.get(_HYBRID_POOL)
     seen: dict[str, dict[str, int] | None] = {}
 
-    def build(**kwargs):
+    def build(*args, **kwargs):
+        if args:  # not upstream's own call, which passes keywords only: as it is
+            return cls(*args, **kwargs)
         not_allocated = verify_state_bytes(lambda: cls(**kwargs))
         seen["not_allocated"] = not_allocated
         if not_allocated == {}:
