@@ -15,7 +15,7 @@ import os
 import pytest
 from helpers import run_python, sglang_minor, upstream_has
 
-from sglang_pd_lean import audit, compat, plugin, record
+from sglang_pd_lean import audit, compat, plugin, record, seams
 
 GATE_TARGETS = {
     "pool": "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool",
@@ -188,13 +188,20 @@ def test_a_missing_hook_target_turns_off_only_its_gate_and_those_requiring_it(
     needed = expected_gates(version)
     if gone not in needed:
         pytest.skip(f"SGLang {version} does not need the {gone} gate")
-    owner, attr = GATE_TARGETS[gone].rsplit(".", 1)
+    attr = GATE_TARGETS[gone].rsplit(".", 1)[1]
     # Gone from the module, or the class and every base it could inherit it from
-    # (until teardown).
-    holder = pkgutil.resolve_name(owner)
-    for cls in holder.__mro__ if isinstance(holder, type) else (holder,):
-        if attr in vars(cls):
-            monkeypatch.delattr(cls, attr)
+    # (until teardown): the target, and the gate's other candidates where this
+    # release has them too (0.5.16 and 0.5.17 also have the model runner's
+    # init_decode_cuda_graph, the graph gate's target on 0.5.15).
+    for target in (GATE_TARGETS[gone], *seams.HOOK_TARGETS[gone]):
+        owner, name = target.rsplit(".", 1)
+        try:
+            holder = pkgutil.resolve_name(owner)
+        except (ImportError, AttributeError):
+            continue
+        for cls in holder.__mro__ if isinstance(holder, type) else (holder,):
+            if name in vars(cls):
+                monkeypatch.delattr(cls, name)
     off = {gone} | {g.name for g in all_gates() if gone in g.requires}
     with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
         assert plugin.register() is bool(needed - off)
