@@ -64,7 +64,8 @@ for version in $versions; do
     servers+=("$version")
   fi
 done
-newest_e2e="${servers[${#servers[@]}-1]:-}"
+newest_e2e=""
+[ ${#servers[@]} -gt 0 ] && newest_e2e="${servers[-1]}"
 
 # The checkout each venv had installed editable before this run (set-up and the
 # wrapper's doc tests install this one): put back at the end, so that running the
