@@ -5,7 +5,7 @@
     for gate in decision.plans:
         print(gate.name, gate.state, gate.detail)
 
-Supported releases: 0.5.16 to 0.5.23. 0.5.16 and 0.5.17 need every gate; 0.5.18 and
+Supported releases: 0.5.15 to 0.5.23. 0.5.15 to 0.5.17 need every gate; 0.5.18 and
 later gate pool, graph and warmup themselves, 0.5.22 and later size the budget right.
 Whether a fix is native is read from the installed code (the upstream function asks
 about the disaggregation mode itself), not from the release number. ``decide()`` is

@@ -28,7 +28,7 @@ The gates act on ``compat.decide()``: on an unsupported release one WARNING and
 nothing registered. All or nothing per gate: a gate whose hook target this SGLang
 lacks is off, with the gates that require it, and one WARNING names them and why;
 the others apply. A second call does nothing (``reset()`` for tests). SGLang
-0.5.16 to 0.5.23.
+0.5.15 to 0.5.23.
 """
 
 from __future__ import annotations

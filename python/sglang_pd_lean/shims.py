@@ -1,4 +1,4 @@
-"""SGLang's API where the supported releases (0.5.16 to 0.5.23) differ: one function
+"""SGLang's API where the supported releases (0.5.15 to 0.5.23) differ: one function
 per difference, each saying which releases take which road.
 
     from sglang_pd_lean import shims

@@ -25,7 +25,7 @@ sizing (``_handle_max_mamba_cache`` for a hybrid model, ``config_from_budget``,
 ``resolve_max_num_reqs``) and builds its pool with the slot and request counts that
 settled on, as a server would; where SGLang would stop, the column says so with
 SGLang's reason. Bad input, and any error SGLang raises on a config, is a one-line
-``CensusError``. Works on SGLang 0.5.16 to 0.5.23.
+``CensusError``. Works on SGLang 0.5.15 to 0.5.23 (0.5.15: ``older``).
 
 Modules, one job each: ``report`` (the road, step by step), ``results`` (the typed
 ``Report`` and its parts; JSON only where the report prints it), ``inputs`` (what the
