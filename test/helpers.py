@@ -305,3 +305,30 @@ def sglang_refuses_lazy_under_pd() -> bool:
     except census.CensusError:
         return True
     return False
+
+
+# The graph gate's upstream: where this release captures the decode graph.
+def capture_module():
+    """The module whose code captures the decode graph: 0.5.16+'s
+    ``cuda_graph_setup``, else (0.5.14, 0.5.15) ``model_runner``, whose
+    ``ModelRunner.init_decode_cuda_graph`` does it."""
+    try:
+        from sglang.srt.model_executor.model_runner_components import (
+            cuda_graph_setup,
+        )
+    except ImportError:  # 0.5.14 and 0.5.15: no model_runner_components package
+        from sglang.srt.model_executor import model_runner
+
+        return model_runner
+    return cuda_graph_setup
+
+
+def capture_by_method() -> bool:
+    """Whether this SGLang captures in the ``ModelRunner`` method (0.5.14, 0.5.15)."""
+    return not hasattr(capture_module(), "capture_decode_graph")
+
+
+def call_capture(fn, runner):
+    """``fn`` (upstream's capture, or the hook around it) on ``runner``, called as
+    upstream's own caller calls it on this release."""
+    return fn(runner) if capture_by_method() else fn(model_runner=runner)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from helpers import server_fields
+from helpers import call_capture, server_fields
 from placeholder import Inputs
 
 from sglang_pd_lean import census, record
@@ -30,28 +30,6 @@ from sglang_pd_lean.hook import Hook, When
 from sglang_pd_lean.upstream import resolve
 
 MODEL = "qwen3-next-80b-a3b"
-
-
-def graph_capture_is_a_method() -> bool:
-    """Whether this SGLang captures the decode graph in the method
-    ``ModelRunner.init_decode_cuda_graph`` (0.5.14, 0.5.15: the model runner as
-    ``self``) rather than in 0.5.16+'s ``cuda_graph_setup.capture_decode_graph``
-    (the model runner by keyword)."""
-    try:
-        from sglang.srt.model_executor.model_runner_components import (
-            cuda_graph_setup,
-        )
-    except ImportError:  # 0.5.14 and 0.5.15: no model_runner_components package
-        return True
-    return not hasattr(cuda_graph_setup, "capture_decode_graph")
-
-
-def call_graph_capture(fn, model_runner):
-    """``fn`` (the graph gate's upstream, or its hook) called on ``model_runner``
-    as upstream's own caller calls it on this release."""
-    if graph_capture_is_a_method():
-        return fn(model_runner)
-    return fn(model_runner=model_runner)
 
 
 # --- the contract -------------------------------------------------------------
@@ -212,7 +190,7 @@ def test_gate_hook_acts_on_a_prefill_target_and_records_it(gate):
         owner = prefill_target_owner(server_args, fields, gate)
         if gate is graph:
             hook = gate.GATE.hooks()[0].fn
-            call_graph_capture(lambda *a, **k: hook(upstream, *a, **k), owner)
+            call_capture(lambda *a, **k: hook(upstream, *a, **k), owner)
         else:
             gate.GATE.hooks()[0].fn(upstream, owner)
     assert record.snapshot()["gates"][gate.GATE.name] == record.Outcome.ACTED
@@ -262,11 +240,9 @@ def test_a_gate_with_nothing_to_remove_steps_aside_records_why_and_logs_it_once(
             )
             for _ in range(2)
         )
-        expected = outcome(lambda: call_graph_capture(original, upstream_runner))
+        expected = outcome(lambda: call_capture(original, upstream_runner))
         with caplog.at_level(logging.INFO, logger="sglang_pd_lean"):
-            results = [
-                outcome(lambda: call_graph_capture(hooked, runner)) for _ in range(2)
-            ]
+            results = [outcome(lambda: call_capture(hooked, runner)) for _ in range(2)]
     # Left as upstream leaves it (0.5.14, 0.5.15: its graph runner fields set).
     assert fields_of(runner) == fields_of(upstream_runner)
     assert results == [expected, expected]

@@ -19,7 +19,14 @@ import logging
 import types
 
 import pytest
-from helpers import server_fields, stand_in_model_runner, upstream_has
+from helpers import (
+    call_capture,
+    capture_by_method,
+    capture_module,
+    server_fields,
+    stand_in_model_runner,
+    upstream_has,
+)
 from placeholder import Inputs
 
 from sglang_pd_lean import census, record
@@ -28,32 +35,6 @@ from sglang_pd_lean.gates import graph
 
 class ReachedDevice(Exception):
     pass
-
-
-def capture_module():
-    """The module whose code captures the decode graph: 0.5.16+'s
-    ``cuda_graph_setup``, else (0.5.14, 0.5.15) ``model_runner``, whose
-    ``ModelRunner.init_decode_cuda_graph`` does it."""
-    try:
-        from sglang.srt.model_executor.model_runner_components import (
-            cuda_graph_setup,
-        )
-    except ImportError:  # 0.5.14 and 0.5.15: no model_runner_components package
-        from sglang.srt.model_executor import model_runner
-
-        return model_runner
-    return cuda_graph_setup
-
-
-def capture_by_method() -> bool:
-    """Whether this SGLang captures in the ``ModelRunner`` method (0.5.14, 0.5.15)."""
-    return not hasattr(capture_module(), "capture_decode_graph")
-
-
-def call_capture(fn, runner):
-    """``fn`` (upstream's capture, or the hook around it) on ``runner``, called as
-    upstream's own caller calls it on this release."""
-    return fn(runner) if capture_by_method() else fn(model_runner=runner)
 
 
 def captured(fn, runner):
